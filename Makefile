@@ -1,0 +1,38 @@
+# The README's two commands: `make demo` and `make test`. Every target installs what it needs
+# into .venv from the checkout (pinned by requirements.lock), so they work on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+EXTRAS := dev,bench,test
+
+.PHONY: demo test test-slow bench lint docs lock clean
+
+$(STAMP): pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hyperx needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c requirements.lock -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/hyperx demo
+
+test: $(STAMP)
+	$(PY) -m pytest --durations=15 -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow --durations=15 -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/linear_core.py
+	$(PY) benchmarks/llm_corrections.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check hyperx tests benchmarks
+
+lock: $(STAMP)
+	$(PY) -m pip freeze --exclude-editable | grep -v '^hyperx-rl' > requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache

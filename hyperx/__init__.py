@@ -1,3 +1,5 @@
 """hyperx: JAX-native exploration under uncertainty."""
 
+from hyperx import envs as envs  # also registers "hyperx/DeepSea-v0" with gymnasium
+
 __version__ = "0.1.0"

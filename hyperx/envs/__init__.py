@@ -1,0 +1,14 @@
+"""JAX environments; DeepSea is also registered with gymnasium when it is installed."""
+
+from importlib.util import find_spec
+
+from hyperx.envs import deepsea
+
+__all__ = ["deepsea"]
+
+if find_spec("gymnasium") is not None:
+    import gymnasium
+
+    if "hyperx/DeepSea-v0" not in gymnasium.registry:
+        gymnasium.register(id="hyperx/DeepSea-v0",
+                           entry_point="hyperx.envs.deepsea:DeepSeaGymEnv")

@@ -1,0 +1,388 @@
+"""Rollout correction: importance weights and rejection masks for training-inference mismatch.
+
+Sampled tokens come from the rollout policy ``mu`` (the inference engine); the trainer
+recomputes their log-probs under ``pi`` (``pi_old`` in decoupled mode, ``pi_theta`` in bypass
+mode). The per-token correction ratio is ``rho_t = pi(y_t | c_t) / mu(y_t | c_t)``, always built
+in log space and clamped to ``[-20, 20]`` per token and again after summing over a sequence.
+
+Sources: token TIS (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
+Off-Policy RL Training"); sequence IS and rejection (Liu, Li et al. 2025, "When Speed Kills
+Stability"); Geo-Mask, k1/k2/k3 rejection and presets (the verl Rollout Correction
+documentation); Trust Region Masking (Li et al. 2025, arXiv:2512.23075).
+
+``rollout_correction`` returns ``CorrectionOutput(weights, mask, metrics)``: ``weights`` multiply
+the per-token loss, ``mask`` replaces the response mask (so rejected tokens leave the loss
+denominator). Both are wrapped in ``stop_gradient``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from hyperx._validation import (
+    check_choice,
+    check_floating,
+    check_integer,
+    check_positive,
+    check_rank,
+    check_shape,
+)
+from hyperx.llm import diagnostics
+from hyperx.llm.diagnostics import LOG_RATIO_CLAMP, clamped_log_ratio, sequence_log_ratio
+
+WEIGHT_MODES = ("none", "token_is", "token_tis", "token_mis", "seq_is", "seq_tis", "seq_mis")
+STATISTICS = ("ratio", "k1", "k2", "k3")
+LEVELS = ("token", "seq_sum", "seq_mean", "seq_max", "seq_min")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One rejection criterion: keep iff ``lower <= stat <= upper`` (both sides inclusive).
+
+    ``statistic`` is computed per token from the clamped ``log rho_t``:
+
+    * ``"ratio"``: ``rho_t`` itself;
+    * ``"k1"``: ``-log rho_t``;
+    * ``"k2"``: ``0.5 (log rho_t)^2``;
+    * ``"k3"``: ``rho_t - 1 - log rho_t``.
+
+    ``level`` says where the bound is applied. ``"token"`` rejects single tokens;
+    ``"seq_sum"``, ``"seq_mean"``, ``"seq_max"``, ``"seq_min"`` aggregate over the valid tokens of
+    each response and reject the whole response. For ``"ratio"`` the sum and mean are taken of
+    ``log rho`` (so ``seq_sum`` bounds ``prod_t rho_t`` and ``seq_mean`` bounds the geometric
+    ratio ``exp(mean_t log rho_t)``). The bound always applies to the named statistic: a k1
+    bound ``(lower, upper)`` keeps ``lower <= -log rho <= upper``; to bound the ratio instead use
+    ``statistic="ratio"``. ``None`` means that side is unbounded.
+    """
+
+    statistic: str
+    level: str
+    lower: float | None = None
+    upper: float | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("statistic", self.statistic, STATISTICS)
+        check_choice("level", self.level, LEVELS)
+        if self.lower is None and self.upper is None:
+            raise ValueError("lower/upper: expected at least one bound, got both None")
+        if self.lower is not None and self.upper is not None and self.lower > self.upper:
+            raise ValueError(f"lower/upper: expected lower <= upper, "
+                             f"got {self.lower} > {self.upper}")
+        if self.statistic == "ratio":
+            for name, v in (("lower", self.lower), ("upper", self.upper)):
+                if v is not None:
+                    check_positive(name, v, allow_zero=True)
+
+    @property
+    def name(self) -> str:
+        return f"{self.level}_{self.statistic}"
+
+
+@dataclass(frozen=True)
+class CorrectionConfig:
+    """Static (hashable) description of a rollout correction.
+
+    Attributes:
+      weights: one of ``WEIGHT_MODES``; with ``C = weight_upper`` and ``L = weight_lower``:
+        ``token_is`` ``rho_t``; ``token_tis`` ``min(rho_t, C)``; ``token_mis`` (IcePop)
+        ``rho_t 1[L <= rho_t <= C]``; ``seq_is`` ``W = prod_t rho_t``; ``seq_tis``
+        ``min(W, C)``; ``seq_mis`` ``W 1[L <= W <= C]`` (``L`` None: no lower side).
+        MIS zeroes weights but does not touch the mask.
+      weight_lower, weight_upper: ``L`` and ``C`` above.
+      rejections: criteria chained with AND; each edits the mask.
+      trm_kl: Trust Region Masking with the exact per-token ``KL(mu || pi)`` from logits:
+        reject the response iff ``max_t KL_t > trm_kl``.
+      batch_normalize: divide weights by their masked batch mean after truncation/rejection.
+      bypass: ``pi_old := mu``; ``old_log_prob`` passed to ``rollout_correction`` is then the
+        current policy's log-prob, and PPO objectives must not apply the weights
+        (see ``hyperx.llm.objectives.corrected_policy_loss``).
+    """
+
+    weights: str = "none"
+    weight_lower: float | None = None
+    weight_upper: float = 2.0
+    rejections: tuple[Rejection, ...] = ()
+    trm_kl: float | None = None
+    batch_normalize: bool = False
+    bypass: bool = False
+
+    def __post_init__(self) -> None:
+        check_choice("weights", self.weights, WEIGHT_MODES)
+        check_positive("weight_upper", self.weight_upper)
+        if self.weight_lower is not None:
+            check_positive("weight_lower", self.weight_lower, allow_zero=True)
+            if self.weight_lower > self.weight_upper:
+                raise ValueError(f"weight_lower: expected <= weight_upper={self.weight_upper}, "
+                                 f"got {self.weight_lower}")
+        if self.trm_kl is not None:
+            check_positive("trm_kl", self.trm_kl)
+        if not all(isinstance(r, Rejection) for r in self.rejections):
+            raise TypeError("rejections: expected a tuple of Rejection")
+
+    @classmethod
+    def disabled(cls) -> CorrectionConfig:
+        """Metrics only: weights 1, mask = response mask."""
+        return cls()
+
+    @classmethod
+    def token_tis(cls, c: float = 2.0) -> CorrectionConfig:
+        """Decoupled token TIS, ``min(rho_t, C)`` (Yao et al. 2025)."""
+        return cls(weights="token_tis", weight_upper=c)
+
+    @classmethod
+    def seq_tis(cls, c: float = 2.0) -> CorrectionConfig:
+        """Decoupled Seq-TIS, ``min(prod_t rho_t, C)`` (Liu, Li et al. 2025)."""
+        return cls(weights="seq_tis", weight_upper=c)
+
+    @classmethod
+    def seq_mis(cls, c: float = 2.0) -> CorrectionConfig:
+        """Seq-MIS, ``W 1[W <= C]`` (Liu, Li et al. 2025)."""
+        return cls(weights="seq_mis", weight_upper=c)
+
+    @classmethod
+    def icepop(cls, lower: float = 0.5, upper: float = 5.0) -> CorrectionConfig:
+        """Token MIS / IcePop: ``rho_t 1[L <= rho_t <= U]``, weights only."""
+        return cls(weights="token_mis", weight_lower=lower, weight_upper=upper)
+
+    @classmethod
+    def token_rejection(cls, lower: float = 0.5, upper: float = 5.0) -> CorrectionConfig:
+        """Token rejection: mask tokens with ``rho_t`` outside ``[L, U]``."""
+        return cls(rejections=(Rejection("ratio", "token", lower, upper),))
+
+    @classmethod
+    def geo_mask(cls, lower: float = 0.999, upper: float = 1.001) -> CorrectionConfig:
+        """Geo-Mask: keep a response iff ``L <= exp(mean_t log rho_t) <= U`` (verl preset
+        bounds; the blog's looser default is 0.5 / 2.0)."""
+        return cls(rejections=(Rejection("ratio", "seq_mean", lower, upper),))
+
+    @classmethod
+    def geo_mask_token_tis(cls, lower: float = 0.5, upper: float = 2.0,
+                           c: float = 2.0) -> CorrectionConfig:
+        """Geo-Mask indicator times token TIS ``min(rho_t, C)``."""
+        return cls(weights="token_tis", weight_upper=c,
+                   rejections=(Rejection("ratio", "seq_mean", lower, upper),))
+
+    @classmethod
+    def trm(cls, delta: float = 1.0, kl: float = 0.01) -> CorrectionConfig:
+        """Sample-based TRM: reject a response iff ``max_t |log rho_t| > delta`` (seq-max k2 above
+        ``delta^2 / 2``) or ``mean_t k3_t > kl``. Defaults are ours; tune them per model."""
+        return cls(rejections=(Rejection("k2", "seq_max", upper=0.5 * delta**2),
+                               Rejection("k3", "seq_mean", upper=kl)))
+
+    @classmethod
+    def trm_exact(cls, kl: float = 0.01) -> CorrectionConfig:
+        """Exact TRM from logits: reject iff ``max_t KL(mu(.|c_t) || pi(.|c_t)) > kl``."""
+        return cls(trm_kl=kl)
+
+    @classmethod
+    def bypass_ppo_clip(cls) -> CorrectionConfig:
+        """Bypass mode with PPO clip: ``pi_old := mu``, the PPO ratio ``pi_theta / mu`` is the
+        only correction (no weights, no rejection; metrics still reported)."""
+        return cls(bypass=True)
+
+
+class CorrectionOutput(NamedTuple):
+    """Weights ``[B, T]`` and mask ``[B, T]`` (float32, stop-gradient) and scalar metrics."""
+
+    weights: Array
+    mask: Array
+    metrics: dict[str, Array]
+
+
+def token_statistic(statistic: str, log_rho: Array) -> Array:
+    """Per-token statistic of ``log rho``: ratio (returned as ``log rho``), k1, k2 or k3."""
+    if statistic == "ratio":
+        return log_rho
+    if statistic == "k1":
+        return -log_rho
+    if statistic == "k2":
+        return 0.5 * jnp.square(log_rho)
+    return jnp.expm1(log_rho) - log_rho
+
+
+def _aggregate(level: str, stat: Array, mask: Array) -> Array:
+    valid = mask > 0
+    n = jnp.sum(mask, axis=-1)
+    if level == "seq_sum":
+        return jnp.sum(jnp.where(valid, stat, 0.0), axis=-1)
+    if level == "seq_mean":
+        return jnp.sum(jnp.where(valid, stat, 0.0), axis=-1) / jnp.maximum(n, 1.0)
+    if level == "seq_max":
+        agg = jnp.max(jnp.where(valid, stat, -jnp.inf), axis=-1)
+    else:
+        agg = jnp.min(jnp.where(valid, stat, jnp.inf), axis=-1)
+    return jnp.where(n > 0, agg, 0.0)
+
+
+def _log_bound(value: float) -> float:
+    return -math.inf if value == 0 else math.log(value)
+
+
+def rejection_keep(rule: Rejection, log_rho: Array, mask: Array) -> Array:
+    """Float ``[B, T]`` indicator of the tokens ``rule`` keeps (1 at masked tokens too).
+
+    Ratio statistics are compared in log space, ``log L <= log-stat <= log U``, so no
+    ``exp`` is needed; sequence sums of ``log rho`` are clamped to ``[-20, 20]`` first.
+    """
+    stat = token_statistic(rule.statistic, log_rho)
+    if rule.level != "token":
+        stat = _aggregate(rule.level, stat, mask)
+        if rule.statistic == "ratio" and rule.level == "seq_sum":
+            stat = jnp.clip(stat, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        stat = stat[:, None]
+    lower, upper = rule.lower, rule.upper
+    if rule.statistic == "ratio":
+        lower = None if lower is None else _log_bound(lower)
+        upper = None if upper is None else _log_bound(upper)
+    keep = jnp.ones(stat.shape, bool)
+    if lower is not None:
+        keep = keep & (stat >= lower)
+    if upper is not None:
+        keep = keep & (stat <= upper)
+    return jnp.broadcast_to(keep, log_rho.shape).astype(jnp.float32)
+
+
+def token_kl(rollout_logits: Array, train_logits: Array) -> Array:
+    """Exact ``KL(mu(.|c_t) || pi(.|c_t)) = sum_v mu_v (log mu_v - log pi_v)``, ``[B, T]``."""
+    log_mu = jax.nn.log_softmax(rollout_logits.astype(jnp.float32), axis=-1)
+    log_pi = jax.nn.log_softmax(train_logits.astype(jnp.float32), axis=-1)
+    return jnp.maximum(jnp.sum(jnp.exp(log_mu) * (log_mu - log_pi), axis=-1), 0.0)
+
+
+def topk_bucket_kl(rollout_topk_log_probs: Array, rollout_topk_ids: Array,
+                   train_logits: Array) -> Array:
+    """KL over ``k + 1`` buckets: the rollout's top-k tokens plus one "rest" bucket, ``[B, T]``.
+
+    The rest bucket holds ``1 - sum_top-k p`` under each policy. Merging tokens into buckets is a
+    deterministic map of the token, so by the data processing inequality this is a LOWER bound
+    of the full ``KL(mu || pi)``: TRM from top-k logits can miss violations, never invent them.
+    """
+    log_pi_full = jax.nn.log_softmax(train_logits.astype(jnp.float32), axis=-1)
+    log_mu = rollout_topk_log_probs.astype(jnp.float32)
+    log_pi = jnp.take_along_axis(log_pi_full, rollout_topk_ids, axis=-1)
+    tiny = jnp.finfo(jnp.float32).tiny
+    mu_rest = jnp.clip(1.0 - jnp.sum(jnp.exp(log_mu), axis=-1), 0.0, 1.0)
+    pi_rest = jnp.clip(1.0 - jnp.sum(jnp.exp(log_pi), axis=-1), tiny, 1.0)
+    top = jnp.sum(jnp.exp(log_mu) * (log_mu - log_pi), axis=-1)
+    rest = jnp.where(mu_rest > 0,
+                     mu_rest * (jnp.log(jnp.maximum(mu_rest, tiny)) - jnp.log(pi_rest)), 0.0)
+    return jnp.maximum(top + rest, 0.0)
+
+
+def _weights(config: CorrectionConfig, log_rho: Array, mask: Array) -> tuple[Array, bool]:
+    mode, c, lo = config.weights, config.weight_upper, config.weight_lower
+    if mode == "none":
+        return jnp.ones_like(log_rho), False
+    if mode.startswith("token"):
+        w = jnp.exp(log_rho)
+        log_w = log_rho
+    else:
+        log_w = jnp.broadcast_to(sequence_log_ratio(log_rho, mask)[:, None], log_rho.shape)
+        w = jnp.exp(log_w)
+    if mode.endswith("tis"):
+        w = jnp.minimum(w, c)
+    elif mode.endswith("mis"):
+        keep = log_w <= math.log(c)
+        if lo is not None:
+            keep = keep & (log_w >= _log_bound(lo))
+        w = jnp.where(keep, w, 0.0)
+    return w, mode.startswith("seq")
+
+
+def _batch_normalize(w: Array, mask: Array, per_sequence: bool) -> Array:
+    if per_sequence:
+        kept = (jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)
+        total, count = jnp.sum(w[:, 0] * kept), jnp.sum(kept)
+    else:
+        total, count = jnp.sum(w * mask), jnp.sum(mask)
+    mean = total / jnp.maximum(count, 1.0)
+    return w / jnp.where(mean > 0, mean, 1.0)
+
+
+def _check_inputs(old_log_prob, rollout_log_prob, response_mask, rollout_logits, old_logits,
+                  rollout_topk_log_probs, rollout_topk_ids, trm: bool) -> None:
+    check_rank("old_log_prob", old_log_prob, 2)
+    check_floating("old_log_prob", old_log_prob)
+    b, t = old_log_prob.shape
+    check_shape("rollout_log_prob", rollout_log_prob, (b, t), "(B, T)")
+    check_floating("rollout_log_prob", rollout_log_prob)
+    check_shape("response_mask", response_mask, (b, t), "(B, T)")
+    if not trm:
+        return
+    if old_logits is None:
+        raise ValueError("old_logits: expected [B, T, V] training logits when trm_kl is set")
+    check_shape("old_logits", old_logits, (b, t, None), "(B, T, V)")
+    if rollout_logits is not None:
+        check_shape("rollout_logits", rollout_logits, old_logits.shape, "(B, T, V)")
+    elif rollout_topk_log_probs is not None and rollout_topk_ids is not None:
+        check_shape("rollout_topk_log_probs", rollout_topk_log_probs, (b, t, None), "(B, T, K)")
+        check_shape("rollout_topk_ids", rollout_topk_ids, rollout_topk_log_probs.shape,
+                    "(B, T, K)")
+        check_integer("rollout_topk_ids", rollout_topk_ids)
+    else:
+        raise ValueError("rollout_logits: expected [B, T, V] rollout logits (or both "
+                         "rollout_topk_log_probs and rollout_topk_ids) when trm_kl is set")
+
+
+def rollout_correction(config: CorrectionConfig, old_log_prob: Array, rollout_log_prob: Array,
+                       response_mask: Array, *, rollout_logits: Array | None = None,
+                       old_logits: Array | None = None,
+                       rollout_topk_log_probs: Array | None = None,
+                       rollout_topk_ids: Array | None = None) -> CorrectionOutput:
+    """Correction weights, rejection mask and diagnostics for one batch.
+
+    Args:
+      config: static ``CorrectionConfig`` (hashable; pass it as a static argument under jit).
+      old_log_prob: ``[B, T]`` log-prob of the sampled tokens under ``pi_old`` (``pi_theta`` in
+        bypass mode).
+      rollout_log_prob: ``[B, T]`` log-prob under the rollout policy ``mu``.
+      response_mask: ``[B, T]`` 1 for response tokens, 0 for padding (bool, int or float).
+      rollout_logits, old_logits: ``[B, T, V]`` full logits, for exact TRM (``trm_kl``).
+      rollout_topk_log_probs, rollout_topk_ids: ``[B, T, K]`` normalised rollout log-probs of
+        the rollout's top-k tokens and their ids, for the k+1-bucket TRM lower bound.
+
+    Returns:
+      ``CorrectionOutput``: ``weights`` (0 wherever ``mask`` is 0), ``mask`` = response mask AND
+      every rejection, ``metrics`` (see ``hyperx.llm.diagnostics.correction_metrics``).
+    """
+    _check_inputs(old_log_prob, rollout_log_prob, response_mask, rollout_logits, old_logits,
+                  rollout_topk_log_probs, rollout_topk_ids, config.trm_kl is not None)
+    valid = jnp.asarray(response_mask).astype(jnp.float32)
+    log_rho = clamped_log_ratio(old_log_prob.astype(jnp.float32),
+                                rollout_log_prob.astype(jnp.float32), valid)
+    mask = valid
+    extra: dict[str, Array] = {}
+    n_valid = jnp.maximum(jnp.sum(valid), 1.0)
+    for i, rule in enumerate(config.rejections):
+        keep = rejection_keep(rule, log_rho, valid)
+        extra[f"reject{i}_{rule.name}_token_fraction"] = jnp.sum(valid * (1 - keep)) / n_valid
+        mask = mask * keep
+    if config.trm_kl is not None:
+        if rollout_logits is not None:
+            kl = token_kl(rollout_logits, old_logits)
+        else:
+            kl = topk_bucket_kl(rollout_topk_log_probs, rollout_topk_ids, old_logits)
+        max_kl = jnp.max(jnp.where(valid > 0, kl, 0.0), axis=-1)
+        keep_seq = (max_kl <= config.trm_kl).astype(jnp.float32)
+        has = (jnp.sum(valid, axis=-1) > 0).astype(jnp.float32)
+        extra["trm_max_token_kl"] = jnp.max(max_kl)
+        extra["trm_rejected_seq_fraction"] = (jnp.sum(has * (1 - keep_seq))
+                                              / jnp.maximum(jnp.sum(has), 1.0))
+        mask = mask * keep_seq[:, None]
+    w, per_sequence = _weights(config, log_rho, valid)
+    if config.batch_normalize:
+        w = _batch_normalize(w, mask, per_sequence)
+    w = w * mask
+    weights, mask = jax.lax.stop_gradient(w), jax.lax.stop_gradient(mask)
+    lower = config.weight_lower if config.weight_lower is not None else 1.0 / config.weight_upper
+    metrics = diagnostics.correction_metrics(
+        jax.lax.stop_gradient(old_log_prob), jax.lax.stop_gradient(rollout_log_prob), valid,
+        weights, mask, lower=lower, upper=config.weight_upper)
+    metrics.update(extra)
+    return CorrectionOutput(weights, mask, metrics)

@@ -1,0 +1,226 @@
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hyperx.llm.corrections import CorrectionConfig
+from hyperx.llm.objectives import (
+    AGGREGATIONS,
+    ObjectiveConfig,
+    aggregate_loss,
+    corrected_policy_loss,
+    loss_denominator,
+    policy_loss,
+)
+
+MASK = jnp.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+
+
+def test_reinforce_gradient_is_minus_w_a_over_n():
+    lp = jnp.array([[-1.0, -0.5, -2.0], [-0.3, -0.7, -9.0]])
+    adv = jnp.array([[1.0, -2.0, 0.5], [3.0, 1.0, 4.0]])
+    w = jnp.array([[0.5, 2.0, 1.0], [1.5, 1.0, 7.0]])
+    cfg = ObjectiveConfig(loss="reinforce")
+    loss, grad = jax.value_and_grad(lambda x: policy_loss(cfg, x, None, adv, MASK, w).loss)(lp)
+    np.testing.assert_allclose(grad, -w * adv * MASK / 5.0, rtol=1e-6)
+    assert float(loss) == pytest.approx(float(-jnp.sum(w * adv * lp * MASK) / 5.0), rel=1e-6)
+
+
+def test_ppo_clip_gradient_by_case():
+    # log-ratios: 0.1 inside; 0.4 above 1+eps with A>0 (clipped, grad 0); -0.4 below 1-eps with
+    # A<0 (clipped, grad 0); 0.4 above 1+eps with A<0 (unclipped side is worse, grad -A r)
+    old = jnp.zeros((1, 4))
+    lp = jnp.array([[0.1, 0.4, -0.4, 0.4]])
+    adv = jnp.array([[1.0, 1.0, -1.0, -1.0]])
+    mask = jnp.ones((1, 4))
+    w = jnp.array([[2.0, 1.0, 1.0, 0.5]])
+    cfg = ObjectiveConfig(loss="ppo", clip_eps=0.2)
+    out, grad = jax.value_and_grad(lambda x: policy_loss(cfg, x, old, adv, mask, w).loss)(lp)
+    r = np.exp([0.1, 0.4, -0.4, 0.4])
+    expected = np.array([-2.0 * r[0], 0.0, 0.0, 0.5 * r[3]]) / 4.0
+    np.testing.assert_allclose(grad[0], expected, rtol=1e-6)
+    hand = (-2.0 * r[0] - 1.2 + 0.8 * 1.0 * -1 * -1 + 0.5 * r[3]) / 4.0
+    assert float(out) == pytest.approx(hand, rel=1e-6)
+    metrics = policy_loss(cfg, lp, old, adv, mask, w).metrics
+    assert float(metrics["clipped_fraction"]) == pytest.approx(0.5)
+
+
+def test_dual_clip_caps_negative_advantage_loss():
+    old = jnp.zeros((1, 2))
+    lp = jnp.array([[math.log(4.0), math.log(2.0)]])
+    adv = jnp.array([[-1.0, -1.0]])
+    cfg = ObjectiveConfig(loss="ppo", dual_clip=3.0)
+    loss, grad = jax.value_and_grad(
+        lambda x: policy_loss(cfg, x, old, adv, jnp.ones((1, 2))).loss)(lp)
+    assert float(loss) == pytest.approx((3.0 + 2.0) / 2)  # min(4, 3) and 2
+    np.testing.assert_allclose(grad, [[0.0, 1.0]], rtol=1e-6)  # d(r)/dlp = r = 2, / 2 tokens
+
+
+def test_asymmetric_clip():
+    old = jnp.zeros((1, 1))
+    lp = jnp.array([[0.25]])
+    adv = jnp.ones((1, 1))
+    loss = policy_loss(ObjectiveConfig(clip_eps=0.2, clip_eps_high=0.28), lp, old, adv,
+                       jnp.ones((1, 1))).loss
+    assert float(loss) == pytest.approx(-1.28, rel=1e-6)  # r = e^0.25 = 1.284 > 1 + 0.28
+    loss = policy_loss(ObjectiveConfig(clip_eps=0.2, clip_eps_high=0.3), lp, old, adv,
+                       jnp.ones((1, 1))).loss
+    assert float(loss) == pytest.approx(-math.exp(0.25), rel=1e-6)
+
+
+def test_sequence_ratio_gradient():
+    # GSPO: r_i = exp(mean_t (lp - old)); unclipped token-mean loss -(1/N) sum_it A_i r_i
+    old = jnp.zeros((2, 3))
+    lp = jnp.array([[0.02, -0.01, 0.05], [0.03, -0.03, 0.0]])
+    adv = jnp.array([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]])
+    cfg = ObjectiveConfig(sequence_ratio=True, clip_eps=0.2)
+    grad = jax.grad(lambda x: policy_loss(cfg, x, old, adv, MASK).loss)(lp)
+    r = np.exp([0.06 / 3, 0.0])
+    n = np.array([3.0, 2.0])
+    # d/dlp_t of -(1/5) * n_i A_i r_i = -(1/5) A_i r_i  (the 1/n_i of the mean cancels n_i)
+    per_seq = -np.array([1.0, -2.0]) * r * n / n / 5.0
+    np.testing.assert_allclose(grad, per_seq[:, None] * np.asarray(MASK), rtol=1e-5)
+
+
+def test_aggregation_modes_hand_values_and_denominator_rule():
+    loss_mat = jnp.array([[1.0, 2.0, 3.0], [4.0, 5.0, 100.0], [7.0, 8.0, 9.0]])
+    # row 0: token 2 rejected; row 1: padding at t=2; row 2: whole response rejected
+    mask = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    expected = {
+        "token-mean": (1 + 2 + 4 + 5) / 4,  # rejected tokens leave the token count
+        "token-sum": 12.0,
+        "seq-mean-token-sum": (3 + 9) / 2,  # the fully rejected response leaves the count
+        "seq-mean-token-mean": (1.5 + 4.5) / 2,
+        "seq-mean-token-sum-norm": (3 + 9) / 3 / 2,
+    }
+    for agg, value in expected.items():
+        assert float(aggregate_loss(loss_mat, mask, agg)) == pytest.approx(value), agg
+    assert float(aggregate_loss(loss_mat, mask, "seq-mean-token-sum-norm", max_length=6)) == 1.0
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_micro_batch_invariance(agg):
+    # 4 micro-batches of 2 responses; the global denominator comes from the full batch
+    k1, k2, k3, k4 = jax.random.split(jax.random.key(3), 4)
+    b, t = 8, 6
+    lp = -jnp.abs(jax.random.normal(k1, (b, t)))
+    old = lp + 0.1 * jax.random.normal(k2, (b, t))
+    adv = jax.random.normal(k3, (b, t))
+    lengths = jax.random.randint(k4, (b,), 0, t + 1)
+    mask = (jnp.arange(t)[None] < lengths[:, None]).astype(jnp.float32)
+    cfg = ObjectiveConfig(agg=agg, dual_clip=3.0)
+    den = loss_denominator(agg, mask)
+
+    def full(x):
+        return policy_loss(cfg, x, old, adv, mask).loss
+
+    def micro(x):
+        return sum(policy_loss(cfg, x[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2],
+                               denominator=den).loss for i in range(0, b, 2))
+
+    lf, gf = jax.value_and_grad(full)(lp)
+    lm, gm = jax.value_and_grad(micro)(lp)
+    assert abs(float(lf) - float(lm)) <= 1e-6
+    np.testing.assert_allclose(gm, gf, atol=1e-6)
+
+
+def test_token_mean_without_global_denominator_is_not_invariant():
+    loss_mat = jnp.array([[1.0, 1.0], [3.0, 0.0]])
+    mask = jnp.array([[1.0, 1.0], [1.0, 0.0]])
+    full = aggregate_loss(loss_mat, mask, "token-mean")
+    halves = 0.5 * sum(aggregate_loss(loss_mat[i:i + 1], mask[i:i + 1], "token-mean")
+                       for i in range(2))
+    assert float(full) == pytest.approx(5 / 3)
+    assert float(halves) == pytest.approx(2.0)
+
+
+def test_bypass_ppo_does_not_apply_weights_twice():
+    lp = jnp.array([[-1.0, -0.6, -2.0], [-0.3, -0.7, -9.0]])
+    mu = lp - jnp.array([[0.5, -0.3, 0.1], [0.2, 0.05, 0.0]])
+    adv = jnp.array([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0]])
+    obj = ObjectiveConfig(loss="ppo")
+    corr = CorrectionConfig(weights="token_tis", bypass=True)
+    got = corrected_policy_loss(obj, corr, lp, None, mu, adv, MASK).loss
+    expected = policy_loss(obj, lp, mu, adv, MASK).loss  # ratio pi_theta / mu, no weights
+    assert float(got) == pytest.approx(float(expected), rel=1e-6)
+
+
+def test_bypass_reinforce_stop_gradient():
+    # w = pi_theta / mu is built from the log-probs being differentiated; the correct gradient
+    # of -sg(w) A log pi is -w A / N; without stop_gradient it would be -w A (1 + log pi) / N.
+    lp = jnp.array([[-1.0, -0.6, -2.0], [-0.3, -0.7, -9.0]])
+    mu = lp - jnp.array([[0.5, -0.3, 0.1], [0.2, 0.05, 0.0]])
+    adv = jnp.array([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0]])
+    obj = ObjectiveConfig(loss="reinforce")
+    corr = CorrectionConfig(weights="token_is", bypass=True)
+    grad = jax.grad(lambda x: corrected_policy_loss(obj, corr, x, None, mu, adv, MASK).loss)(lp)
+    w = jnp.exp(lp - mu)
+    correct = -w * adv * MASK / 5.0
+    without_sg = jax.grad(lambda x: -jnp.sum(jnp.exp(x - mu) * adv * x * MASK) / 5.0)(lp)
+    np.testing.assert_allclose(grad, correct, rtol=1e-6)
+    assert not np.allclose(without_sg, correct, rtol=1e-3)
+    # policy_loss itself stops the gradient even when handed differentiable weights
+    grad2 = jax.grad(lambda x: policy_loss(obj, x, None, adv, MASK, jnp.exp(x - mu)).loss)(lp)
+    np.testing.assert_allclose(grad2, correct, rtol=1e-6)
+
+
+def test_decoupled_uses_weights_and_pi_old_anchor():
+    lp = jnp.array([[-1.0, -0.6]])
+    old = jnp.array([[-1.05, -0.5]])
+    mu = jnp.array([[-1.5, -0.5]])
+    adv = jnp.array([[1.0, 1.0]])
+    mask = jnp.ones((1, 2))
+    obj = ObjectiveConfig()
+    out = corrected_policy_loss(obj, CorrectionConfig.token_tis(1.5), lp, old, mu, adv, mask)
+    w = jnp.array([[1.5, 1.0]])
+    expected = policy_loss(obj, lp, old, adv, mask, w).loss
+    assert float(out.loss) == pytest.approx(float(expected), rel=1e-6)
+    assert "ess" in out.metrics and "clipped_fraction" in out.metrics
+
+
+@pytest.mark.parametrize("loss", ["ppo", "reinforce"])
+def test_fully_masked_batch_gives_zero_loss_and_gradient(loss):
+    lp = jnp.full((2, 3), -jnp.inf)
+    mask = jnp.zeros((2, 3))
+    obj = ObjectiveConfig(loss=loss, agg="seq-mean-token-mean")
+    fn = lambda x: corrected_policy_loss(obj, CorrectionConfig.seq_tis(), x, x, x, jnp.ones((2, 3)),
+                                         mask)
+    (value, out), grad = jax.value_and_grad(lambda x: (fn(x).loss, fn(x)), has_aux=True)(lp)
+    assert float(value) == 0.0
+    np.testing.assert_array_equal(grad, 0.0)
+    assert float(out.metrics["fully_masked"]) == 1.0
+    assert all(np.isfinite(float(v)) for v in out.metrics.values())
+
+
+def test_long_sequence_with_drift_gives_finite_loss():
+    # T = 32,768, log-ratio noise std 0.05 and drift +0.01 per token (sum ~ 328 before clamping)
+    t = 32_768
+    k1, k2 = jax.random.split(jax.random.key(1))
+    lp = -jnp.abs(jax.random.normal(k1, (2, t)))
+    mu = lp - (0.01 + 0.05 * jax.random.normal(k2, (2, t)))
+    old = lp
+    mask = jnp.ones((2, t))
+    for corr in (CorrectionConfig(weights="seq_is"), CorrectionConfig.seq_tis()):
+        for obj in (ObjectiveConfig(), ObjectiveConfig(loss="reinforce", agg="seq-mean-token-sum")):
+            fn = lambda x, c=corr, o=obj: corrected_policy_loss(o, c, x, old, mu, mask, mask).loss
+            loss, grad = jax.value_and_grad(fn)(lp)
+            assert np.isfinite(float(loss))
+            assert np.all(np.isfinite(grad))
+
+
+def test_bad_inputs_name_the_argument():
+    x = jnp.zeros((2, 3))
+    with pytest.raises(ValueError, match="advantages"):
+        policy_loss(ObjectiveConfig(), x, x, jnp.zeros((2, 4)), x)
+    with pytest.raises(ValueError, match="old_log_prob"):
+        policy_loss(ObjectiveConfig(), x, None, x, x)
+    with pytest.raises(ValueError, match="weights"):
+        policy_loss(ObjectiveConfig(), x, x, x, x, jnp.zeros((3,)))
+    with pytest.raises(ValueError, match="agg"):
+        ObjectiveConfig(agg="mean")
+    with pytest.raises(ValueError, match="dual_clip"):
+        ObjectiveConfig(dual_clip=0.5)
+    with pytest.raises(ValueError, match="old_log_prob"):
+        corrected_policy_loss(ObjectiveConfig(), CorrectionConfig(), x, None, x, x, x)

@@ -1,0 +1,384 @@
+"""Flax heads that turn an index into a member of a continuous ensemble.
+
+Three heads, each ``head(x, xi)`` over a batched input ``x`` of shape ``(B, ...)``:
+
+* :class:`HypermodelHead` (HyperDQN / HyperFQI / HyperAgent): only the last layer is generated
+  from the index,
+  ``Q(s, a, xi) = s_post <phi_theta(s), (A xi + b)_a> + s_prior <phi_0(s), (A_0 xi + b_0)_a>``
+  (Li et al., HyperDQN, ICLR 2022; Li et al., HyperAgent, ICML 2024, arXiv:2402.10228;
+  Dwaracherla et al., Hypermodels for Exploration, ICLR 2020).
+* :class:`EnsemblePlusHead` (neural Ensemble++, Li et al., arXiv:2407.13195):
+  ``f(x, zeta) = w^T h(x) + s_post <sg(h(x)), A zeta + b> + s_prior <sg(h(x)), A_0 zeta>``.
+* :class:`EpinetHead` (Osband et al., Epistemic Neural Networks, NeurIPS 2023):
+  ``f(x, z) = mu(x) + sigma_L(sg(phi(x)), x, z) + sigma_P(x, z)``.
+* :class:`EnsembleHead` (Ensemble+, Osband et al., NeurIPS 2018): M separate networks with
+  frozen random priors, mixed by the index (one-hot selects a member).
+
+Index shapes: ``xi`` of shape ``(M,)`` gives outputs ``(B, O)``; ``(K, M)`` (the same K indices
+for every input) or ``(B, K, M)`` (K indices per input) give ``(B, K, O)``. So a loss over K
+indices per transition is a single call.
+
+Where the frozen parameters live: ``module.init`` returns ``{"params": ..., "prior": ...}``.
+Everything that must never train (``A_0``, the prior torso ``phi_0``, the epinet's prior
+networks) is in the ``"prior"`` collection, which an optimiser never sees, and the forward pass
+applies ``stop_gradient`` to it as well. Train ``variables["params"]`` only:
+:func:`trainable_params` and :func:`with_params` do the bookkeeping. Torsos must keep all their
+state in ``"params"`` (no batch statistics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from hyperx._validation import check_choice, check_floating, check_integer, check_rank, check_shape
+
+Array = jax.Array
+Variables = dict[str, Any]
+PRIOR = "prior"
+PRIOR_TORSO_MODES = ("copy", "independent", "shared")
+
+
+def _unit_rows(key: Array, shape: Sequence[int], std: float) -> Array:
+    """Gaussian rows (over the last axis) normalised to unit norm, times ``std``."""
+    w = jax.random.normal(key, shape, jnp.float32)
+    return std * w / jnp.linalg.norm(w, axis=-1, keepdims=True)
+
+
+def _check_index(xi: Array, index_dim: int, batch: int) -> None:
+    check_floating("xi", xi)
+    check_rank("xi", xi, (1, 2, 3))
+    if xi.ndim == 3:
+        check_shape("xi", xi, (batch, None, index_dim), "(B, K, M)")
+    else:
+        check_shape("xi", xi, (None,) * (xi.ndim - 1) + (index_dim,), "(..., M)")
+
+
+def _apply_index(t: Array, xi: Array) -> Array:
+    """Contract ``t`` of shape (B, O, M) with the index: -> (B, O) or (B, K, O)."""
+    if xi.ndim == 1:
+        return jnp.einsum("bom,m->bo", t, xi)
+    if xi.ndim == 2:
+        return jnp.einsum("bom,km->bko", t, xi)
+    return jnp.einsum("bom,bkm->bko", t, xi)
+
+
+def _flatten(x: Array) -> Array:
+    return jnp.reshape(x, (x.shape[0], -1)).astype(jnp.float32)
+
+
+class MLPTorso(nn.Module):
+    """ReLU MLP on the flattened input: (B, ...) -> (B, widths[-1])."""
+
+    widths: Sequence[int] = (64, 64)
+    activate_final: bool = True
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        check_rank("x", x, tuple(range(1, 8)))
+        h = _flatten(x)
+        for i, width in enumerate(self.widths):
+            h = nn.Dense(width)(h)
+            if self.activate_final or i < len(self.widths) - 1:
+                h = nn.relu(h)
+        return h
+
+
+class OneHotMLPTorso(nn.Module):
+    """MLP whose first layer reads a compact integer state ``x`` of shape (B,).
+
+    The first layer is ``W[x] + c``: exactly ``Dense`` on ``one_hot(x, num_states)`` (same
+    initialisation), at O(1) cost in ``num_states`` instead of O(num_states). For DeepSea
+    (Osband et al., bsuite, ICLR 2020) use ``x = row * N + column`` and ``num_states = N * N``.
+    Indices outside ``[0, num_states)`` are clipped (a runtime value cannot be checked under jit).
+    """
+
+    num_states: int
+    widths: Sequence[int] = (64, 64)
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        check_rank("x", x, 1)
+        check_integer("x", x)
+        width = self.widths[0]
+        table = self.param("embedding", nn.initializers.lecun_normal(),
+                           (self.num_states, width), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros_init(), (width,), jnp.float32)
+        h = nn.relu(jnp.take(table, x, axis=0, mode="clip") + bias)
+        for w in self.widths[1:]:
+            h = nn.relu(nn.Dense(w)(h))
+        return h
+
+
+class NatureCNN(nn.Module):
+    """The DQN torso (Mnih et al., Nature 2015) on NHWC frames (B, 84, 84, 4) -> (B, 256).
+
+    Conv 32x8x8 stride 4, 64x4x4 stride 2, 64x3x3 stride 1 (ReLU, VALID), Linear 3136 -> 256,
+    ReLU. Inputs are cast to float32 and multiplied by ``input_scale`` (1/255 for uint8 frames).
+    """
+
+    input_scale: float = 1.0 / 255.0
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        check_rank("x", x, 4)
+        h = x.astype(jnp.float32) * self.input_scale
+        for features, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            h = nn.relu(nn.Conv(features, (kernel, kernel), (stride, stride), "VALID")(h))
+        return nn.relu(nn.Dense(256)(_flatten(h)))
+
+
+class IndexedLinear(nn.Module):
+    """``s_post <f, (A xi + b)_o> + s_prior <f_0, (A_0 xi)_o>`` for every output ``o``.
+
+    ``A`` (O, P, M), initialised with variance 1/M, and ``b`` (O, P), initialised to 0, are
+    trainable; ``A_0`` (O, P, M) lives in the ``"prior"``
+    collection with every row (over M) Gaussian, normalised to unit norm, times ``prior_std``,
+    so ``E[A_0 A_0^T] = prior_std^2 I`` per output. ``b_0 = 0``. P is the feature dim d, or d + 1
+    when ``bias_coef`` is set: HyperDQN then generates a bias too, the last generated entry
+    multiplying the constant ``bias_coef`` (0.01 in Li et al., ICLR 2022).
+    """
+
+    num_outputs: int
+    index_dim: int
+    prior_std: float = 1.0
+    prior_scale: float = 1.0
+    posterior_scale: float = 1.0
+    bias_coef: float | None = None
+
+    @nn.compact
+    def __call__(self, feats: Array, prior_feats: Array, xi: Array) -> Array:
+        if self.bias_coef is not None:
+            const = jnp.full(feats.shape[:-1] + (1,), self.bias_coef, jnp.float32)
+            feats = jnp.concatenate([feats, const], axis=-1)
+            prior_feats = jnp.concatenate([prior_feats, const], axis=-1)
+        shape = (self.num_outputs, feats.shape[-1], self.index_dim)
+        init_a = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=-1,
+                                                  out_axis=-2, batch_axis=(0,))
+        a = self.param("A", init_a, shape)
+        b = self.param("b", nn.initializers.zeros_init(), shape[:2])
+        a0 = self.variable(PRIOR, "A0", lambda: _unit_rows(self.make_rng("params"), shape,
+                                                           self.prior_std)).value
+        a0 = jax.lax.stop_gradient(a0)
+        post = _apply_index(jnp.einsum("bp,opm->bom", feats, a), xi)
+        bias = feats @ b.T
+        post = post + (bias if xi.ndim == 1 else bias[:, None, :])
+        prior = _apply_index(jnp.einsum("bp,opm->bom", prior_feats, a0), xi)
+        return self.posterior_scale * post + self.prior_scale * prior
+
+
+class HypermodelHead(nn.Module):
+    """Hypermodel value head: the last layer is generated from the index ``xi``.
+
+    ``Q(s, a, xi) = s_post <phi_theta(s), (A xi + b)_a> + s_prior <phi_0(s), (A_0 xi)_a>``
+    (Li et al., HyperAgent, ICML 2024, arXiv:2402.10228; HyperFQI; Li et al., HyperDQN, ICLR
+    2022). ``torso=None`` uses ``x`` itself as fixed features (B, d). ``prior_torso`` picks phi_0:
+
+    * ``"copy"``: a frozen copy of phi_theta made at init (HyperAgent / HyperFQI);
+    * ``"independent"``: a separately initialised frozen random network (HyperDQN's prior
+      network; with ``bias_coef=0.01`` this is HyperDQN's head);
+    * ``"shared"``: ``sg(phi_theta(s))`` (no second torso, as the Ensemble++ head).
+
+    Outputs: ``(B, num_outputs)`` for ``xi`` (M,), ``(B, K, num_outputs)`` for (K, M) or (B, K, M).
+    """
+
+    num_outputs: int
+    index_dim: int
+    torso: nn.Module | None = None
+    prior_torso: str = "copy"
+    prior_std: float = 1.0
+    prior_scale: float = 1.0
+    posterior_scale: float = 1.0
+    bias_coef: float | None = None
+
+    @nn.compact
+    def __call__(self, x: Array, xi: Array) -> Array:
+        check_choice("prior_torso", self.prior_torso, PRIOR_TORSO_MODES)
+        check_rank("x", x, tuple(range(1, 8)))
+        _check_index(xi, self.index_dim, x.shape[0])
+        if self.torso is None:
+            check_rank("x", x, 2)
+            check_floating("x", x)
+            feats = prior_feats = x.astype(jnp.float32)
+        else:
+            feats = self.torso(x)
+            prior_feats = self._prior_features(x)
+        return IndexedLinear(self.num_outputs, self.index_dim, self.prior_std, self.prior_scale,
+                             self.posterior_scale, self.bias_coef, name="hyper")(
+                                 feats, prior_feats, xi)
+
+    def _prior_features(self, x: Array) -> Array:
+        if self.prior_torso == "shared":
+            return jax.lax.stop_gradient(self.torso(x))
+        frozen = self.torso.clone(parent=None)
+        if self.prior_torso == "copy":
+            init = lambda: self.torso.variables.get("params", {})
+        else:
+            init = lambda: frozen.init(self.make_rng("params"), x).get("params", {})
+        params0 = self.variable(PRIOR, "prior_torso", init).value
+        return frozen.apply({"params": jax.lax.stop_gradient(params0)}, x)
+
+
+class EnsemblePlusHead(nn.Module):
+    """Neural Ensemble++ head (Li et al., Scalable Exploration via Ensemble++, arXiv:2407.13195).
+
+    ``f(x, zeta) = w^T h(x) + s_post <sg(h(x)), A zeta + b> + s_prior <sg(h(x)), A_0 zeta>``.
+    Only the mean head ``w`` trains the features h (the ensemble factor sees them under
+    stop-gradient). ``torso=None`` uses ``x`` (B, d) as fixed features; the reference uses
+    ``MLPTorso((64, 64))``. Output shapes as :class:`HypermodelHead`.
+    """
+
+    num_outputs: int
+    index_dim: int
+    torso: nn.Module | None = None
+    prior_std: float = 1.0
+    prior_scale: float = 0.1
+    posterior_scale: float = 0.1
+
+    @nn.compact
+    def __call__(self, x: Array, zeta: Array) -> Array:
+        check_rank("x", x, tuple(range(1, 8)))
+        _check_index(zeta, self.index_dim, x.shape[0])
+        h = _flatten(x) if self.torso is None else self.torso(x)
+        mean = nn.Dense(self.num_outputs, name="mean")(h)
+        sg = jax.lax.stop_gradient(h)
+        spread = IndexedLinear(self.num_outputs, self.index_dim, self.prior_std,
+                               self.prior_scale, self.posterior_scale, name="hyper")(sg, sg, zeta)
+        return spread + (mean if zeta.ndim == 1 else mean[:, None, :])
+
+
+class EpinetHead(nn.Module):
+    """Epinet (Osband et al., Epistemic Neural Networks, NeurIPS 2023).
+
+    ``f(x, z) = mu(x) + sigma_L(sg(phi(x)), x, z) + prior_scale * sigma_P(sg(phi(x)), x, z)``:
+    ``mu = Dense(phi(x))``; ``sigma_L`` a trainable MLP (``hiddens``) on ``[sg(phi(x)), x]``
+    whose (O, M) output is contracted with z; ``sigma_P`` an ensemble of M frozen random MLPs
+    (``prior_hiddens``, in the ``"prior"`` collection) on the same input, ``sum_m z_m g_m(.)``.
+    ``include_inputs=False`` drops the raw ``x`` from the epinet input (e.g. integer states).
+    Index ``z ~ N(0, I_8)`` in the reference; output shapes as :class:`HypermodelHead`.
+    """
+
+    num_outputs: int
+    index_dim: int = 8
+    torso: nn.Module | None = None
+    hiddens: Sequence[int] = (15, 15)
+    prior_hiddens: Sequence[int] = (15, 15)
+    prior_scale: float = 0.3
+    include_inputs: bool = True
+
+    @nn.compact
+    def __call__(self, x: Array, z: Array) -> Array:
+        check_rank("x", x, tuple(range(1, 8)))
+        _check_index(z, self.index_dim, x.shape[0])
+        h = _flatten(x) if self.torso is None else self.torso(x)
+        mean = nn.Dense(self.num_outputs, name="mean")(h)
+        inp = jax.lax.stop_gradient(h)
+        if self.include_inputs and self.torso is not None:
+            inp = jnp.concatenate([inp, _flatten(x)], axis=-1)
+        learned = MLPTorso(tuple(self.hiddens) + (self.num_outputs * self.index_dim,),
+                           activate_final=False, name="epinet")(inp)
+        learned = _apply_index(learned.reshape(-1, self.num_outputs, self.index_dim), z)
+        prior = _apply_index(self._prior_ensemble(inp), z)
+        return learned + self.prior_scale * prior + (mean if z.ndim == 1 else mean[:, None, :])
+
+    def _prior_ensemble(self, inp: Array) -> Array:
+        """M frozen MLPs (stacked weights): (B, F) -> (B, O, M)."""
+        widths = (inp.shape[-1], *self.prior_hiddens, self.num_outputs)
+        init = nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
+
+        def make() -> list[Array]:
+            keys = jax.random.split(self.make_rng("params"), len(widths) - 1)
+            return [init(k, (self.index_dim, i, o), jnp.float32)
+                    for k, i, o in zip(keys, widths[:-1], widths[1:], strict=True)]
+
+        kernels = jax.lax.stop_gradient(self.variable(PRIOR, "prior_mlp", make).value)
+        h = jnp.broadcast_to(inp[:, None, :], (inp.shape[0], self.index_dim, inp.shape[-1]))
+        for i, kernel in enumerate(kernels):
+            h = jnp.einsum("bmi,mio->bmo", h, kernel)
+            if i < len(kernels) - 1:
+                h = nn.relu(h)
+        return jnp.swapaxes(h, 1, 2)
+
+
+class EnsembleHead(nn.Module):
+    """Ensemble+ with randomized priors (Osband et al., NeurIPS 2018; bsuite's boot_dqn).
+
+    ``f(x, xi) = sum_m xi_m (f_m(x) + prior_scale * p_m(x))`` over ``index_dim`` members, each an
+    MLP (``widths``, then a linear output) with its own frozen random prior MLP ``p_m`` (in the
+    ``"prior"`` collection). A one-hot index ``e_m`` selects member m; members share nothing.
+    Output shapes as :class:`HypermodelHead`.
+    """
+
+    num_outputs: int
+    index_dim: int
+    widths: Sequence[int] = (50, 50)
+    prior_scale: float = 5.0
+
+    @nn.compact
+    def __call__(self, x: Array, xi: Array) -> Array:
+        check_rank("x", x, tuple(range(1, 8)))
+        _check_index(xi, self.index_dim, x.shape[0])
+        members = nn.vmap(MLPTorso, variable_axes={"params": 0}, split_rngs={"params": True},
+                          in_axes=None, out_axes=2, axis_size=self.index_dim)
+        widths = (*self.widths, self.num_outputs)
+        out = members(widths, activate_final=False, name="members")(x)
+        frozen = members(widths, activate_final=False, parent=None)
+        params0 = self.variable(PRIOR, "prior_members",
+                                lambda: frozen.init(self.make_rng("params"), x)["params"]).value
+        prior = frozen.apply({"params": jax.lax.stop_gradient(params0)}, x)
+        return _apply_index(out + self.prior_scale * prior, xi)
+
+
+class Network(NamedTuple):
+    """A head as two pure functions (optax style).
+
+    ``init(key, x, xi) -> {"params": trainable, "prior": frozen}``;
+    ``apply(variables, x, xi) -> outputs``.
+    """
+
+    init: Callable[[Array, Array, Array], Variables]
+    apply: Callable[[Variables, Array, Array], Array]
+
+
+def make_network(module: nn.Module) -> Network:
+    """Wrap a head module; the returned variables always hold both collections."""
+
+    def init(key: Array, x: Array, xi: Array) -> Variables:
+        variables = module.init(key, x, xi)
+        return {"params": variables["params"], PRIOR: variables.get(PRIOR, {})}
+
+    def apply(variables: Variables, x: Array, xi: Array) -> Array:
+        return module.apply(variables, x, xi)
+
+    return Network(init, apply)
+
+
+def trainable_params(variables: Variables) -> Any:
+    """The parameters an optimiser may update (the ``"params"`` collection)."""
+    return variables["params"]
+
+
+def with_params(variables: Variables, params: Any) -> Variables:
+    """New variables with trainable ``params`` replaced and the frozen prior kept as is."""
+    return {**variables, "params": params}
+
+
+def generated_sq_norm(params: Any, xi: Array) -> Array:
+    """``||A xi + b||^2`` of the generated last layer, per index: ``xi`` (..., M) -> (...).
+
+    ``params`` is the trainable collection of a :class:`HypermodelHead` or
+    :class:`EnsemblePlusHead`. This is the regulariser of the perturbed value loss (Li et al.,
+    HyperAgent, ICML 2024; HyperDQN's l2 on the generated weights).
+    """
+    if "hyper" not in params:
+        raise ValueError("params: expected the params of a HypermodelHead or EnsemblePlusHead "
+                         f"(a 'hyper' entry), got keys {sorted(params)}")
+    a, b = params["hyper"]["A"], params["hyper"]["b"]
+    check_floating("xi", xi)
+    check_shape("xi", xi, (None,) * (jnp.ndim(xi) - 1) + (a.shape[-1],), "(..., M)")
+    generated = jnp.einsum("opm,...m->...op", a, xi) + b
+    return jnp.sum(jnp.square(generated), axis=(-2, -1))

@@ -21,7 +21,8 @@ def check_shape(name: str, x, shape: Sequence[Dim], what: str | None = None) -> 
     ``what`` is an optional symbolic description (e.g. ``"(B, d)"``) shown in the message.
     """
     got = tuple(np.shape(x))
-    ok = len(got) == len(shape) and all(s is None or s == g for s, g in zip(shape, got))
+    ok = len(got) == len(shape) and all(
+        s is None or s == g for s, g in zip(shape, got, strict=True))
     if not ok:
         want = tuple("*" if s is None else s for s in shape)
         sym = f"{what} = " if what else ""

@@ -1,0 +1,141 @@
+"""The one interface every bandit learner implements, plus helpers shared by all learners.
+
+A :class:`Learner` is a NamedTuple of pure functions (in the style of optax's
+``GradientTransformation``)::
+
+    state = learner.init(key, spec)
+    arm   = learner.act(state, key, contexts)                # contexts: (K, d) -> int32 ()
+    state = learner.update(state, key, context, arm, reward) # context: (d,) chosen arm's features
+
+and optionally ``update_batch(state, key, contexts (B, d), arms (B,), rewards (B,))`` for
+learners with a cheaper block update (e.g. Woodbury for linear models). :func:`delayed` turns
+any learner into one that learns every ``B`` rounds (batched / delayed feedback), using
+``update_batch`` where the learner provides it and ``B`` sequential updates otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from hyperx._validation import check_positive, check_rank, check_shape
+
+Array = jax.Array
+LearnerState = Any
+
+
+class BanditSpec(NamedTuple):
+    """What a learner may know about the problem before it starts.
+
+    Attributes:
+      num_arms: K, arms offered per round.
+      context_dim: d, arm-feature dimension.
+      horizon: T, number of rounds of the run (e.g. to size buffers).
+      fixed_arms: True when every round offers the same K arm features in the same order.
+    """
+
+    num_arms: int
+    context_dim: int
+    horizon: int
+    fixed_arms: bool = False
+
+    @classmethod
+    def from_env(cls, env: Any, horizon: int) -> BanditSpec:
+        """The spec of a ``hyperx.envs.bandits.BanditEnv`` run for ``horizon`` rounds."""
+        check_positive("horizon", horizon)
+        return cls(env.num_arms, env.context_dim, horizon, env.fixed_arms)
+
+
+class Learner(NamedTuple):
+    """A bandit learner as pure functions (see the module docstring for the signatures)."""
+
+    init: Callable[[Array, BanditSpec], LearnerState]
+    act: Callable[[LearnerState, Array, Array], Array]
+    update: Callable[[LearnerState, Array, Array, Array, Array], LearnerState]
+    update_batch: Callable[[LearnerState, Array, Array, Array, Array], LearnerState] | None = None
+
+
+def argmax_random_tiebreak(key: Array, values: Array) -> Array:
+    """Index of the largest entry of ``values`` (K,), ties broken uniformly at random.
+
+    Each maximiser gets an independent Unif(0, 1) score and the largest score wins, so every
+    tied arm is chosen with probability 1/#ties. NaN entries count as -inf (never chosen unless
+    every entry is NaN or -inf, in which case all arms tie).
+    """
+    check_rank("values", values, 1)
+    if values.shape[0] == 0:
+        raise ValueError("values: expected at least one entry, got shape (0,)")
+    values = jnp.where(jnp.isnan(values), -jnp.inf, values)
+    is_max = values == jnp.max(values)
+    scores = jnp.where(is_max, jax.random.uniform(key, values.shape), -1.0)
+    return jnp.argmax(scores).astype(jnp.int32)
+
+
+class DelayedState(NamedTuple):
+    """State of :func:`delayed`: the inner learner's state and the pending observations."""
+
+    inner: LearnerState
+    contexts: Array
+    arms: Array
+    rewards: Array
+    count: Array
+
+
+def sequential_update_batch(learner: Learner) -> Callable[..., LearnerState]:
+    """``update_batch`` made of ``B`` sequential ``update`` calls (one key each)."""
+
+    def update_batch(state, key, contexts, arms, rewards):
+        keys = jax.random.split(key, arms.shape[0])
+
+        def body(s, obs):
+            k, x, a, r = obs
+            return learner.update(s, k, x, a, r), None
+
+        return jax.lax.scan(body, state, (keys, contexts, arms, rewards))[0]
+
+    return update_batch
+
+
+def delayed(learner: Learner, batch_size: int) -> Learner:
+    """Batched / delayed feedback: act on the state of the last full batch.
+
+    Observations are buffered; every ``batch_size`` rounds the learner's ``update_batch``
+    (or ``batch_size`` sequential updates when it has none) folds them in at once. A trailing
+    partial batch at the end of the horizon is never folded in (it could not change any action).
+    """
+    check_positive("batch_size", batch_size)
+    flush = learner.update_batch or sequential_update_batch(learner)
+
+    def init(key: Array, spec: BanditSpec) -> DelayedState:
+        return DelayedState(
+            inner=learner.init(key, spec),
+            contexts=jnp.zeros((batch_size, spec.context_dim), jnp.float32),
+            arms=jnp.zeros((batch_size,), jnp.int32),
+            rewards=jnp.zeros((batch_size,), jnp.float32),
+            count=jnp.zeros((), jnp.int32),
+        )
+
+    def act(state: DelayedState, key: Array, contexts: Array) -> Array:
+        return learner.act(state.inner, key, contexts)
+
+    def update(state: DelayedState, key: Array, context: Array, arm: Array,
+               reward: Array) -> DelayedState:
+        check_shape("context", context, (state.contexts.shape[1],), "(d,)")
+        i = state.count
+        state = state._replace(
+            contexts=state.contexts.at[i].set(context),
+            arms=state.arms.at[i].set(arm),
+            rewards=state.rewards.at[i].set(reward),
+            count=i + 1,
+        )
+
+        def do_flush(s: DelayedState) -> DelayedState:
+            inner = flush(s.inner, key, s.contexts, s.arms, s.rewards)
+            return s._replace(inner=inner, count=jnp.zeros((), jnp.int32))
+
+        return jax.lax.cond(state.count == batch_size, do_flush, lambda s: s, state)
+
+    return Learner(init, act, update)

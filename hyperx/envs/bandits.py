@@ -1,0 +1,323 @@
+"""Contextual-bandit environments as pure JAX functions (jit/vmap over seeds).
+
+An environment is a :class:`BanditEnv`: ``init(key) -> env_state`` draws the per-seed problem
+(e.g. theta*), ``observe(env_state, key, t) -> Round`` draws round ``t``'s arm features together
+with EVERY arm's expected reward, and ``reward(env_state, key, round, arm)`` draws the noisy reward
+of the pulled arm. Because each round carries all expected rewards, regret is expected regret,
+``max_k mu_k - mu_arm``, not noisy realised regret.
+
+The expected rewards travel with the round (instead of being a function of the arm features)
+because in classification-as-bandit they depend on the hidden label, not on the features alone.
+
+Games (``make_bandit_env(name, **kwargs)``):
+
+- ``russo``: the finite-arm linear game of Russo & Van Roy, "Learning to Optimize via
+  Information-Directed Sampling": theta* ~ N(0, 10 I_d) per seed, K arm features i.i.d.
+  Unif(-1/sqrt(5), 1/sqrt(5))^d fixed within a seed, reward x^T theta* + N(0, 1).
+- ``russo_contextual``: the same, with fresh arm features every round.
+- ``quadratic``: mu(x) = 0.01 x^T G G^T x, G in R^{d x d} with N(0, 1) entries (Li et al.,
+  "Scalable Exploration via Ensemble++", arXiv:2407.13195; the authors' code draws G and a pool
+  of 1000 unit-sphere candidate arms, offers 50 of them without replacement each round, and adds
+  N(0, 0.1^2) noise). Here G and the pool are redrawn per seed (the authors fix them across runs).
+- ``neural_regression`` / ``neural_classification``: mu(x) is a random frozen MLP (d-50-50-out,
+  ReLU, Xavier-normal weights, PyTorch-default uniform biases) of the arm feature, on the same
+  candidate pool as ``quadratic``. Regression: one output plus N(0, 0.1^2) noise.
+  Classification: two logits, mu(x) = softmax(logits)_1, Bernoulli(mu) reward.
+- ``logistic``: GLM bandit, mu(x) = sigmoid(x^T theta*), theta* ~ N(0, prior_var I), arms as in
+  ``russo_contextual`` (or fixed with ``fixed_arms=True``), Bernoulli reward.
+- ``digits``, ``wine``, ``breast_cancer``, ``iris``: classification-as-bandit (the Ensemble++
+  paper's UCI shuttle/mushroom games cannot be fetched offline; these sets ship with
+  scikit-learn). Each round one labelled example is drawn uniformly with replacement, arms are
+  the classes, reward 1 for the correct class (so mu = one_hot(label), noiseless). Features are
+  standardised per column. Arm encodings: ``disjoint`` (default; x_k = e_k kron x, dimension
+  K p: what a linear learner needs to give each class its own weights) or ``concat``
+  (x_k = [x, e_k], dimension p + K: for neural learners).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hyperx._validation import check_choice, check_positive, check_rank
+
+Array = jax.Array
+EnvState = Any
+
+_DATASETS = ("digits", "wine", "breast_cancer", "iris")
+_POOL_HIDDEN = (50, 50)
+
+
+class Round(NamedTuple):
+    """One round: ``contexts`` (K, d) arm features and ``expected_rewards`` (K,) arm means."""
+
+    contexts: Array
+    expected_rewards: Array
+
+
+class BanditEnv(NamedTuple):
+    """A contextual bandit as pure functions.
+
+    Attributes:
+      name: the game's name.
+      num_arms: K, arms offered each round.
+      context_dim: d, the arm-feature dimension.
+      fixed_arms: True when every round offers the same K feature vectors (lets learners such as
+        LinUCB cache per-arm quantities).
+      init: ``init(key) -> env_state``, the per-seed problem instance.
+      observe: ``observe(env_state, key, t) -> Round`` for round ``t`` (int32 scalar, 0-based).
+      reward: ``reward(env_state, key, round, arm) -> ()`` float32 reward of ``arm``.
+    """
+
+    name: str
+    num_arms: int
+    context_dim: int
+    fixed_arms: bool
+    init: Callable[[Array], EnvState]
+    observe: Callable[[EnvState, Array, Array], Round]
+    reward: Callable[[EnvState, Array, Round, Array], Array]
+
+
+def _gaussian_reward(noise_std: float) -> Callable[[EnvState, Array, Round, Array], Array]:
+    def reward(env_state: EnvState, key: Array, round_: Round, arm: Array) -> Array:
+        del env_state
+        check_rank("arm", arm, 0)
+        return round_.expected_rewards[arm] + noise_std * jax.random.normal(key, ())
+
+    return reward
+
+
+def _bernoulli_reward(env_state: EnvState, key: Array, round_: Round, arm: Array) -> Array:
+    del env_state
+    check_rank("arm", arm, 0)
+    return jax.random.bernoulli(key, round_.expected_rewards[arm]).astype(jnp.float32)
+
+
+def _check_sizes(num_arms: int, dim: int) -> None:
+    if num_arms < 2:
+        raise ValueError(f"num_arms: expected >= 2 arms, got {num_arms}")
+    check_positive("dim", dim)
+
+
+def _uniform_arms(key: Array, num_arms: int, dim: int, bound: float) -> Array:
+    return jax.random.uniform(key, (num_arms, dim), jnp.float32, -bound, bound)
+
+
+def _linear_game(
+    name: str, dim: int, num_arms: int, *, fixed_arms: bool, prior_var: float,
+    arm_bound: float, link: Callable[[Array], Array], reward_fn,
+) -> BanditEnv:
+    _check_sizes(num_arms, dim)
+    check_positive("prior_var", prior_var)
+    check_positive("arm_bound", arm_bound)
+
+    def init(key: Array) -> dict[str, Array]:
+        k_theta, k_arms = jax.random.split(key)
+        theta = math.sqrt(prior_var) * jax.random.normal(k_theta, (dim,), jnp.float32)
+        state = {"theta": theta}
+        if fixed_arms:
+            state["arms"] = _uniform_arms(k_arms, num_arms, dim, arm_bound)
+        return state
+
+    def observe(env_state: dict[str, Array], key: Array, t: Array) -> Round:
+        del t
+        if fixed_arms:
+            arms = env_state["arms"]
+        else:
+            arms = _uniform_arms(key, num_arms, dim, arm_bound)
+        return Round(arms, link(arms @ env_state["theta"]))
+
+    return BanditEnv(name, num_arms, dim, fixed_arms, init, observe, reward_fn)
+
+
+def russo(
+    dim: int = 50, num_arms: int = 1000, *, prior_var: float = 10.0, noise_std: float = 1.0,
+    arm_bound: float = 1 / math.sqrt(5), contextual: bool = False,
+) -> BanditEnv:
+    """Russo & Van Roy's finite-arm linear Gaussian game.
+
+    theta* ~ N(0, prior_var I_d); arms x_k ~ Unif(-arm_bound, arm_bound)^d (fixed per seed, or
+    fresh every round when ``contextual``); reward x^T theta* + N(0, noise_std^2).
+    """
+    check_positive("noise_std", noise_std, allow_zero=True)
+    name = "russo_contextual" if contextual else "russo"
+    return _linear_game(
+        name, dim, num_arms, fixed_arms=not contextual, prior_var=prior_var,
+        arm_bound=arm_bound, link=lambda z: z, reward_fn=_gaussian_reward(noise_std),
+    )
+
+
+def logistic(
+    dim: int = 10, num_arms: int = 20, *, prior_var: float = 10.0,
+    arm_bound: float = 1 / math.sqrt(5), fixed_arms: bool = False,
+) -> BanditEnv:
+    """GLM (logistic) bandit: Bernoulli reward with mean sigmoid(x^T theta*).
+
+    theta* ~ N(0, prior_var I_d); arms Unif(-arm_bound, arm_bound)^d, fresh every round unless
+    ``fixed_arms``.
+    """
+    return _linear_game(
+        "logistic", dim, num_arms, fixed_arms=fixed_arms, prior_var=prior_var,
+        arm_bound=arm_bound, link=jax.nn.sigmoid, reward_fn=_bernoulli_reward,
+    )
+
+
+def _sphere(key: Array, n: int, dim: int) -> Array:
+    x = jax.random.normal(key, (n, dim), jnp.float32)
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _pool_game(
+    name: str, dim: int, num_arms: int, num_candidates: int,
+    mean_fn: Callable[[Array, Array], Array], reward_fn,
+) -> BanditEnv:
+    """Arms offered each round: ``num_arms`` of a per-seed pool of unit-sphere candidates."""
+    _check_sizes(num_arms, dim)
+    if num_candidates < num_arms:
+        raise ValueError(
+            f"num_candidates: expected >= num_arms = {num_arms}, got {num_candidates}")
+
+    def init(key: Array) -> dict[str, Array]:
+        k_pool, k_fn = jax.random.split(key)
+        pool = _sphere(k_pool, num_candidates, dim)
+        return {"pool": pool, "means": mean_fn(k_fn, pool)}
+
+    def observe(env_state: dict[str, Array], key: Array, t: Array) -> Round:
+        del t
+        # The K largest of N i.i.d. uniforms index a uniformly random K-subset; top_k is ~10x
+        # faster on CPU than jax.random.choice(replace=False), which sorts a permutation.
+        idx = jax.lax.top_k(jax.random.uniform(key, (num_candidates,)), num_arms)[1]
+        return Round(env_state["pool"][idx], env_state["means"][idx])
+
+    return BanditEnv(name, num_arms, dim, False, init, observe, reward_fn)
+
+
+def quadratic(
+    dim: int = 100, num_arms: int = 50, *, num_candidates: int = 1000, noise_std: float = 0.1,
+    scale: float = 0.01,
+) -> BanditEnv:
+    """Quadratic game: mu(x) = scale * x^T G G^T x, G_ij ~ N(0, 1), Gaussian reward noise."""
+    check_positive("noise_std", noise_std, allow_zero=True)
+
+    def mean_fn(key: Array, pool: Array) -> Array:
+        g = jax.random.normal(key, (dim, dim), jnp.float32)
+        return scale * jnp.sum((pool @ g) ** 2, axis=-1)
+
+    return _pool_game("quadratic", dim, num_arms, num_candidates, mean_fn,
+                      _gaussian_reward(noise_std))
+
+
+def _random_mlp(key: Array, sizes: tuple[int, ...], x: Array) -> Array:
+    """A frozen MLP with Xavier-normal weights and Unif(+-1/sqrt(fan_in)) biases, ReLU."""
+    h = x
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
+        key, k_w, k_b = jax.random.split(key, 3)
+        w = math.sqrt(2.0 / (fan_in + fan_out)) * jax.random.normal(k_w, (fan_in, fan_out))
+        bound = 1.0 / math.sqrt(fan_in)
+        b = jax.random.uniform(k_b, (fan_out,), jnp.float32, -bound, bound)
+        h = h @ w + b
+        if i < len(sizes) - 2:
+            h = jax.nn.relu(h)
+    return h
+
+
+def neural(
+    dim: int = 100, num_arms: int = 50, *, task: str = "regression", num_candidates: int = 1000,
+    noise_std: float = 0.1,
+) -> BanditEnv:
+    """Neural game: mu(x) from a random frozen MLP (d-50-50-out) of the arm feature.
+
+    ``task="regression"``: mu(x) = MLP(x) with one output, reward mu + N(0, noise_std^2).
+    ``task="classification"``: two logits, mu(x) = softmax(MLP(x))_1, Bernoulli(mu) reward.
+    """
+    check_choice("task", task, ("regression", "classification"))
+    check_positive("noise_std", noise_std, allow_zero=True)
+    out = 1 if task == "regression" else 2
+    sizes = (dim, *_POOL_HIDDEN, out)
+
+    def mean_fn(key: Array, pool: Array) -> Array:
+        logits = _random_mlp(key, sizes, pool)
+        return logits[:, 0] if out == 1 else jax.nn.softmax(logits, axis=-1)[:, 1]
+
+    reward_fn = _gaussian_reward(noise_std) if out == 1 else _bernoulli_reward
+    return _pool_game(f"neural_{task}", dim, num_arms, num_candidates, mean_fn, reward_fn)
+
+
+def _load_dataset(dataset: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        from sklearn import datasets
+    except ImportError as err:
+        raise ImportError(
+            f"dataset {dataset!r} needs scikit-learn (pip install scikit-learn)") from err
+    data = getattr(datasets, f"load_{dataset}")()
+    x = np.asarray(data.data, np.float64)
+    std = x.std(axis=0)
+    x = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    _, y = np.unique(np.asarray(data.target), return_inverse=True)
+    return x.astype(np.float32), y.astype(np.int32)
+
+
+def classification(dataset: str, *, encoding: str = "disjoint") -> BanditEnv:
+    """Classification-as-bandit on a scikit-learn bundled data set (no download).
+
+    Each round draws one example (x, y) uniformly with replacement; arm k is "predict class k",
+    with mean 1[k = y] and a noiseless reward. ``encoding`` builds the K arm features from x
+    (p features): ``disjoint`` gives x_k = e_k kron x in R^{K p}; ``concat`` gives
+    x_k = [x, e_k] in R^{p + K}.
+    """
+    check_choice("dataset", dataset, _DATASETS)
+    check_choice("encoding", encoding, ("disjoint", "concat"))
+    x_np, y_np = _load_dataset(dataset)
+    features, labels = jnp.asarray(x_np), jnp.asarray(y_np)
+    num_examples, p = x_np.shape
+    k = int(y_np.max()) + 1
+    eye = jnp.eye(k, dtype=jnp.float32)
+    dim = k * p if encoding == "disjoint" else p + k
+
+    def init(key: Array) -> Array:
+        del key
+        return jnp.zeros((), jnp.float32)
+
+    def observe(env_state: Array, key: Array, t: Array) -> Round:
+        del env_state, t
+        i = jax.random.randint(key, (), 0, num_examples)
+        x = features[i]
+        if encoding == "disjoint":
+            contexts = (eye[:, :, None] * x[None, None, :]).reshape(k, dim)
+        else:
+            contexts = jnp.concatenate([jnp.broadcast_to(x, (k, p)), eye], axis=1)
+        return Round(contexts, eye[labels[i]])
+
+    return BanditEnv(dataset, k, dim, False, init, observe, _gaussian_reward(0.0))
+
+
+_GAMES: dict[str, Callable[..., BanditEnv]] = {
+    "russo": russo,
+    "russo_contextual": lambda *a, **kw: russo(*a, contextual=True, **kw),
+    "quadratic": quadratic,
+    "neural_regression": lambda *a, **kw: neural(*a, task="regression", **kw),
+    "neural_classification": lambda *a, **kw: neural(*a, task="classification", **kw),
+    "logistic": logistic,
+    **{name: (lambda n: lambda **kw: classification(n, **kw))(name) for name in _DATASETS},
+}
+
+
+def make_bandit_env(name: str, **kwargs: Any) -> BanditEnv:
+    """Build a game by name (see the module docstring); ``kwargs`` go to its factory.
+
+    Raises ``ValueError`` naming the argument for an unknown ``name``, fewer than 2 arms or a
+    non-positive dimension.
+    """
+    check_choice("name", name, tuple(_GAMES))
+    return _GAMES[name](**kwargs)
+
+
+def bandit_env_names() -> tuple[str, ...]:
+    """The names ``make_bandit_env`` accepts."""
+    return tuple(_GAMES)

@@ -1,0 +1,297 @@
+"""Run one (environment, learner, config) for many seeds: one ``lax.scan``, one ``vmap``.
+
+Two layers:
+
+- :func:`run_scan` is generic: it compiles ``lax.scan(step_fn)`` over ``num_steps`` steps, in
+  chunks of ``chunk_size`` so a progress callback (or logging, checkpoints) can run between
+  compiled chunks. The chunk function is compiled once; a final partial chunk is padded with
+  skipped steps (the step is wrapped in ``lax.cond(t < num_steps, ...)``), so nothing else is
+  recompiled. Any loop whose state is a pytree (bandit runs, DeepSea agents) can use it.
+- :func:`run_bandit` builds a bandit run on it: per round, the environment draws the arm
+  features, the learner acts, the environment draws the reward, the learner updates and the
+  expected regret max_k mu_k - mu_arm is accumulated. Seeds, and hyper-parameter grid points of
+  equal shapes, are flattened into one "run" axis that is vmapped and, with several devices,
+  sharded over a 1-D ``jax.sharding.Mesh`` (``NamedSharding(mesh, P("runs"))``). On several
+  hosts, call ``jax.distributed.initialize()`` first and pass ``jax.devices()``.
+
+Reproducibility: seed ``s`` of a run keyed by ``seed`` always uses the key
+``fold_in(PRNGKey(seed), s)`` (for every grid point: common random numbers), so its random draws
+do not depend on how many seeds share the batch. Its numbers could still differ in the last bits
+when the batch size changes, if XLA picked a different reduction order for a different batch
+shape; on CPU, epsilon-greedy (ridge) on the Russo game gives bit-identical per-seed results
+for 2 vs 5 seeds and for 1 vs 4 devices (tests/test_experiment.py checks both).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from hyperx._validation import check_positive, check_rank
+from hyperx.bandits.base import BanditSpec, Learner, delayed
+from hyperx.envs.bandits import BanditEnv
+
+Array = jax.Array
+Carry = Any
+
+
+class ScanResult(NamedTuple):
+    """Final carry, stacked per-step outputs (host NumPy, leading axis ``num_steps``), timings."""
+
+    carry: Carry
+    outputs: Any
+    compile_time_s: float
+    run_time_s: float
+
+
+def run_scan(
+    step_fn: Callable[[Carry, Array], tuple[Carry, Any]], carry: Carry, num_steps: int, *,
+    chunk_size: int | None = None, progress: Callable[[int, int], None] | None = None,
+) -> ScanResult:
+    """Run ``carry, out = step_fn(carry, t)`` for t = 0..num_steps-1 as compiled scans.
+
+    Args:
+      step_fn: pure step; ``t`` is an int32 scalar shared by the whole batch.
+      carry: the initial pytree (its shardings are kept by the compiled chunks).
+      num_steps: number of steps.
+      chunk_size: steps per compiled call (default: all of them in one call).
+      progress: called as ``progress(steps_done, num_steps)`` after each chunk.
+    """
+    check_positive("num_steps", num_steps)
+    chunk = num_steps if chunk_size is None else min(chunk_size, num_steps)
+    check_positive("chunk_size", chunk)
+    num_chunks = math.ceil(num_steps / chunk)
+    run_chunk = _chunk_fn(step_fn, num_steps, chunk)
+
+    start = time.perf_counter()
+    compiled = run_chunk.lower(carry, jnp.int32(0)).compile()
+    compile_time = time.perf_counter() - start
+
+    start = time.perf_counter()
+    outputs = []
+    for i in range(num_chunks):
+        carry, out = compiled(carry, jnp.int32(i * chunk))
+        outputs.append(jax.device_get(out))
+        if progress is not None:
+            jax.block_until_ready(carry)
+            progress(min((i + 1) * chunk, num_steps), num_steps)
+    jax.block_until_ready(carry)
+    run_time = time.perf_counter() - start
+    stacked = jax.tree.map(lambda *xs: np.concatenate(xs)[:num_steps], *outputs)
+    return ScanResult(carry, stacked, compile_time, run_time)
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_fn(step_fn: Callable, num_steps: int, chunk: int) -> Callable:
+    """The jitted chunk of ``chunk`` steps (cached, so a repeated ``step_fn`` never recompiles)."""
+    padded = math.ceil(num_steps / chunk) * chunk != num_steps
+
+    def guarded_step(c: Carry, t: Array) -> tuple[Carry, Any]:
+        if not padded:
+            return step_fn(c, t)
+        out_shapes = jax.eval_shape(step_fn, c, t)[1]
+
+        def skip(c: Carry, t: Array) -> tuple[Carry, Any]:
+            del t
+            return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_shapes)
+
+        return jax.lax.cond(t < num_steps, step_fn, skip, c, t)
+
+    def run_chunk(c: Carry, t0: Array) -> tuple[Carry, Any]:
+        return jax.lax.scan(guarded_step, c, t0 + jnp.arange(chunk, dtype=jnp.int32))
+
+    return jax.jit(run_chunk)
+
+
+def log_grid(horizon: int, num: int = 50) -> np.ndarray:
+    """About ``num`` log-spaced round counts in [1, horizon] (int, increasing, ends at horizon)."""
+    check_positive("horizon", horizon)
+    check_positive("num", num)
+    grid = np.unique(np.round(np.geomspace(1, horizon, num)).astype(np.int64))
+    return np.union1d(grid, [horizon])
+
+
+def shard_leading_axis(tree: Any, devices: list[Any] | None = None) -> Any:
+    """Place every leaf's leading axis across ``devices`` (default: all) on a 1-D mesh "runs".
+
+    With one device the tree is just placed on it. The leading axis must be a multiple of the
+    device count.
+    """
+    devices = jax.devices() if devices is None else list(devices)
+    if len(devices) == 1:
+        return jax.device_put(tree, devices[0])
+    sharding = NamedSharding(Mesh(np.asarray(devices), ("runs",)), PartitionSpec("runs"))
+    return jax.device_put(tree, sharding)
+
+
+class BanditResult(NamedTuple):
+    """Cumulative expected regret of a bandit run.
+
+    Attributes:
+      t: (C,) round counts of the checkpoints.
+      regret: (S, C) cumulative expected regret per seed at each checkpoint, or (G, S, C) with
+        a grid of G hyper-parameter points.
+      grid: the grid's values, name -> (G,) (empty without a grid).
+      compile_time_s: time to compile the run.
+      wall_time_s: time to run it (after compiling).
+      steps_per_s: rounds per second of the batched scan (every seed advances one round).
+      run_steps_per_s: rounds per second summed over seeds and grid points.
+    """
+
+    t: np.ndarray
+    regret: np.ndarray
+    grid: dict[str, np.ndarray]
+    compile_time_s: float
+    wall_time_s: float
+    steps_per_s: float
+    run_steps_per_s: float
+
+    @property
+    def final_regret(self) -> np.ndarray:
+        """Cumulative expected regret after the last checkpoint, (S,) or (G, S)."""
+        return self.regret[..., -1]
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """A tidy table, one dict per (grid point, seed, checkpoint): ready for pandas."""
+        regret = self.regret if self.grid else self.regret[None]
+        rows = []
+        for g, s, c in np.ndindex(regret.shape):
+            point = {name: values[g].item() for name, values in self.grid.items()}
+            rows.append({**point, "seed": s, "t": int(self.t[c]),
+                         "regret": float(regret[g, s, c])})
+        return rows
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _seed_keys(seed: Array, num_seeds: int) -> Array:
+    """Key of seed s: ``fold_in(PRNGKey(seed), s)``, whatever the number of seeds."""
+    base = jax.random.PRNGKey(seed)
+    return jax.vmap(lambda s: jax.random.fold_in(base, s))(jnp.arange(num_seeds))
+
+
+class _RunCarry(NamedTuple):
+    env_state: Any
+    learner_state: Any
+    key: Array
+    cum_regret: Array
+    record: Array
+    hparams: dict[str, Array]
+
+
+def _check_grid(grid: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    values = {name: np.asarray(v) for name, v in grid.items()}
+    sizes = {v.shape[0] if v.ndim == 1 else -1 for v in values.values()}
+    if not values or len(sizes) != 1 or min(sizes) < 1:
+        shapes = {name: v.shape for name, v in values.items()}
+        raise ValueError(f"grid: expected 1-D arrays of one common length G >= 1, got {shapes}")
+    return values
+
+
+@functools.lru_cache(maxsize=64)
+def _bandit_program(
+    env: BanditEnv, learner: Learner | Callable[..., Learner], horizon: int, update_every: int,
+    t_record: tuple[int, ...], has_grid: bool,
+) -> tuple[Callable, Callable]:
+    """Jitted batched init and the batched step (cached: equal arguments reuse the compiled run)."""
+    t_dev = jnp.asarray(t_record, jnp.int32)
+    spec = BanditSpec.from_env(env, horizon)
+
+    def make(hparams: dict[str, Array]) -> Learner:
+        made = learner(**hparams) if has_grid else learner
+        return delayed(made, update_every) if update_every > 1 else made
+
+    def init_run(key: Array, hparams: dict[str, Array]) -> _RunCarry:
+        k_env, k_learner, k_run = jax.random.split(key, 3)
+        return _RunCarry(env.init(k_env), make(hparams).init(k_learner, spec), k_run,
+                         jnp.zeros((), jnp.float32), jnp.zeros(t_dev.shape, jnp.float32),
+                         hparams)
+
+    def step_run(c: _RunCarry, t: Array) -> _RunCarry:
+        agent = make(c.hparams)
+        key, k_obs, k_act, k_rew, k_upd = jax.random.split(c.key, 5)
+        round_ = env.observe(c.env_state, k_obs, t)
+        arm = agent.act(c.learner_state, k_act, round_.contexts)
+        reward = env.reward(c.env_state, k_rew, round_, arm)
+        learner_state = agent.update(c.learner_state, k_upd, round_.contexts[arm], arm, reward)
+        means = round_.expected_rewards
+        cum = c.cum_regret + (jnp.max(means) - means[arm])
+        record = jnp.where(t_dev == t + 1, cum, c.record)
+        return c._replace(learner_state=learner_state, key=key, cum_regret=cum, record=record)
+
+    return (jax.jit(jax.vmap(init_run)),
+            lambda c, t: (jax.vmap(step_run, in_axes=(0, None))(c, t), None))
+
+
+def run_bandit(
+    env: BanditEnv, learner: Learner | Callable[..., Learner], *, horizon: int,
+    num_seeds: int = 1, seed: int = 0, grid: Mapping[str, Any] | None = None,
+    update_every: int = 1, checkpoints: Any = None, chunk_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None, devices: list[Any] | None = None,
+) -> BanditResult:
+    """Cumulative expected regret of ``learner`` on ``env`` for ``num_seeds`` seeds.
+
+    Args:
+      env: the environment.
+      learner: a Learner; or, with ``grid``, a factory called as ``learner(**point)`` with
+        traced scalars for each grid point (the points must give equal shapes).
+      horizon: rounds T.
+      num_seeds: seeds per grid point; seed s uses ``fold_in(PRNGKey(seed), s)``.
+      grid: hyper-parameter name -> (G,) values, vmapped with the seeds.
+      update_every: B > 1 gives batched / delayed feedback (``hyperx.bandits.base.delayed``).
+      checkpoints: increasing round counts in [1, T] to record (default ``log_grid(T)``).
+      chunk_size, progress: see :func:`run_scan`.
+      devices: devices to shard the runs over (default: all); runs are padded to a multiple.
+    """
+    check_positive("horizon", horizon)
+    check_positive("num_seeds", num_seeds)
+    check_positive("update_every", update_every)
+    if grid is None:
+        if not isinstance(learner, Learner):
+            raise TypeError("learner: expected a Learner (a factory needs a grid)")
+        grid_values: dict[str, np.ndarray] = {}
+        num_points = 1
+    else:
+        if isinstance(learner, Learner) or not callable(learner):
+            raise TypeError("learner: expected a factory learner(**point) -> Learner with grid")
+        grid_values = _check_grid(grid)
+        num_points = next(iter(grid_values.values())).shape[0]
+    t_record = log_grid(horizon) if checkpoints is None else np.asarray(checkpoints)
+    check_rank("checkpoints", t_record, 1)
+    if (t_record.size == 0 or t_record[0] < 1 or t_record[-1] > horizon
+            or np.any(np.diff(t_record) <= 0)):
+        raise ValueError(f"checkpoints: expected increasing round counts in [1, {horizon}], "
+                         f"got {t_record}")
+    program_args = (env, learner, horizon, update_every, tuple(t_record.tolist()),
+                    bool(grid_values))
+    try:
+        init_runs, batched_step = _bandit_program(*program_args)
+    except TypeError:  # an unhashable env or learner: build the program without the cache
+        init_runs, batched_step = _bandit_program.__wrapped__(*program_args)
+
+    devices = jax.devices() if devices is None else list(devices)
+    num_runs = num_points * num_seeds
+    padded_runs = math.ceil(num_runs / len(devices)) * len(devices)
+    seed_keys = _seed_keys(seed, num_seeds)
+    pad = np.concatenate([np.arange(num_runs), np.zeros(padded_runs - num_runs, np.int64)])
+    keys = jnp.tile(seed_keys, (num_points, 1))[pad]
+    hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds)[pad]
+               for name, v in grid_values.items()}
+    keys, hparams = shard_leading_axis((keys, hparams), devices)
+    carry = init_runs(keys, hparams)
+
+    result = run_scan(batched_step, carry, horizon, chunk_size=chunk_size, progress=progress)
+    regret = np.asarray(result.carry.record)[:num_runs].reshape(num_points, num_seeds, -1)
+    wall = result.run_time_s
+    return BanditResult(
+        t=t_record, regret=regret if grid_values else regret[0], grid=grid_values,
+        compile_time_s=result.compile_time_s, wall_time_s=wall,
+        steps_per_s=horizon / wall, run_steps_per_s=horizon * num_runs / wall,
+    )

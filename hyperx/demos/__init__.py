@@ -1,0 +1,1 @@
+"""Small end-to-end runs behind ``hyperx demo``."""

@@ -1,0 +1,344 @@
+"""Closed-form Bayesian linear regression and linear Ensemble++.
+
+Model: y = x^T theta + eps, eps ~ N(0, sigma^2), prior theta ~ N(mu_0, Sigma_0). The exact
+posterior after t observations is
+
+    Sigma_t^{-1} = Sigma_0^{-1} + sigma^{-2} sum_s x_s x_s^T,
+    mu_t = Sigma_t (Sigma_0^{-1} mu_0 + sigma^{-2} sum_s x_s y_s).
+
+It is tracked incrementally with the Kalman / Sherman-Morrison step (cost O(d^2))
+
+    v = Sigma x,  a = x^T v + sigma^2,  k = v / a,  w = v / sqrt(a),
+    mu <- mu + k (y - x^T mu),
+    Sigma <- Sigma - w w^T                                      (Sherman-Morrison).
+
+Each entry of w w^T is one rounded product w_i w_j, so Sigma stays symmetric bit for bit (also
+under fused multiply-adds) with no transposed symmetrisation pass, which made the update 20x
+slower at d = 1000 on CPU (2.7 ms against 0.13 ms). In float32 with sigma = 0.01 this keeps
+Sigma positive definite over 10^5 updates in d = 50 (tested); the Joseph form
+(I - k x^T) Sigma (I - k x^T)^T + sigma^2 k k^T plus symmetrisation was no more stable in our
+float32 runs. A posterior whose condition number exceeds ~1e7 (1 / float32 epsilon) fails a
+float32 Cholesky however it is computed; use float64 there.
+
+Linear Ensemble++ (Li et al., *Scalable Exploration via Ensemble++*, arXiv:2407.13195; the
+incremental-uncertainty successor of *HyperAgent*, Li et al., ICML 2024, arXiv:2402.10228) also
+keeps a factor A_t in R^{d x M} with E[A_t A_t^T] = Sigma_t. Start: A_0 = Sigma_0^{1/2} B_0, B_0
+with i.i.d. unit-norm rows; each observation draws a fresh u ~ Unif(S^{M-1}) and moves every
+column by a perturbed Kalman step, A <- A + k (sigma u^T - x^T A) (cost O(dM)). Then
+A_t = Sigma_t P_t with P_t = Sigma_0^{-1} A_0 + sigma^{-1} sum_s x_s u_s^T, which the
+reference code recomputes at O(d^2 M) per step (:func:`ensemble_pp_recompute`, kept for
+tests and benchmarks). A sample is theta~ = mu_t + A_t zeta with zeta = xi / sqrt(c) for an
+index xi with E[xi xi^T] = c I (see :mod:`hyperx.index`), so E[zeta zeta^T] = I for every index
+family: cost O(dM).
+
+Exact Thompson sampling (:func:`exact_posterior`) keeps a square-root factor S with
+Sigma = S S^T through Potter's square-root update S <- S - beta (S f) f^T, f = S^T x,
+beta = 1 / (a + sigma sqrt(a)), a = f^T f + sigma^2 (cost O(d^2), positive semi-definite by
+construction, fully vectorised), and samples theta~ = mu + S z, z ~ N(0, I) (cost O(d^2)).
+``jax.lax.linalg.cholesky_update`` of the precision's Cholesky factor would also be O(d^2), but
+it runs as a sequential loop: measured 330 ms per update and over 2 min of compile at d = 1000
+on CPU, against 2.4 ms for the Potter step.
+
+Batches of B observations use Woodbury (one B x B solve, cost O(B d^2 + B^2 d + B^3 + B d M)):
+
+    G = X Sigma X^T + sigma^2 I_B,  K = Sigma X^T G^{-1},
+    mu <- mu + K (Y - X mu),  A <- A + K (sigma U - X A),
+    Sigma <- Sigma - W^T W,  W = L^{-1} X Sigma,  G = L L^T (then symmetrised, once per batch),
+
+which equals B sequential steps with the same perturbations U exactly (in exact arithmetic).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hyperx._validation import (
+    check_choice,
+    check_floating,
+    check_positive,
+    check_shape,
+)
+from hyperx.index import INDEX_NAMES, make_index
+
+Shape = int | tuple[int, ...]
+
+
+class EnsemblePPState(NamedTuple):
+    """Linear Ensemble++ state: posterior mean (d,), covariance (d, d), factor A (d, M)."""
+
+    mu: jax.Array
+    sigma: jax.Array
+    factor: jax.Array
+
+
+class RecomputeState(NamedTuple):
+    """Reference Ensemble++ state: :class:`EnsemblePPState` fields plus P_t (d, M); A = Sigma P."""
+
+    mu: jax.Array
+    sigma: jax.Array
+    factor: jax.Array
+    p: jax.Array
+
+
+class ExactPosteriorState(NamedTuple):
+    """Exact Gaussian posterior: mean (d,), covariance (d, d), square root S with Sigma = S S^T."""
+
+    mu: jax.Array
+    sigma: jax.Array
+    sqrt_cov: jax.Array
+
+
+class LinearModel(NamedTuple):
+    """Pure functions of a linear-Gaussian model (optax style).
+
+    init(key) -> state
+    update(state, key, x (d,), y ()) -> state
+    update_batch(state, key, X (B, d), Y (B,), mask (B,) bool | None) -> state
+        equals ``update`` applied in order with keys ``jax.random.split(key, B)``; masked-out
+        rows leave the state unchanged (and still consume their key).
+    sample(state, key, shape=()) -> theta (*shape, d)
+    """
+
+    init: Callable[[jax.Array], Any]
+    update: Callable[[Any, jax.Array, jax.Array, jax.Array], Any]
+    update_batch: Callable[..., Any]
+    sample: Callable[..., jax.Array]
+
+
+def _check_xy(dim: int, x, y) -> tuple[jax.Array, jax.Array]:
+    check_shape("x", x, (dim,), "(d,)")
+    check_floating("x", x)
+    check_shape("y", y, (), "()")
+    check_floating("y", y)
+    return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+
+
+def _check_batch(dim: int, xs, ys, mask) -> tuple[jax.Array, jax.Array]:
+    check_shape("X", xs, (None, dim), "(B, d)")
+    check_floating("X", xs)
+    n = np.shape(xs)[0]
+    check_shape("Y", ys, (n,), "(B,)")
+    check_floating("Y", ys)
+    xs, ys = jnp.asarray(xs, jnp.float32), jnp.asarray(ys, jnp.float32)
+    if mask is None:
+        return xs, ys
+    check_shape("mask", mask, (n,), "(B,)")
+    if jnp.result_type(mask) != jnp.bool_:
+        raise TypeError(f"mask: expected a bool dtype, got {jnp.result_type(mask)}")
+    return jnp.where(mask[:, None], xs, 0.0), jnp.where(mask, ys, 0.0)
+
+
+def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
+    """Validated (mu_0, Sigma_0, chol(Sigma_0)) as float32 arrays."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
+        raise ValueError(f"dim: expected a positive int, got {dim!r}")
+    check_positive("prior_var", prior_var)
+    if prior_mean is None:
+        mu0 = jnp.zeros(dim, jnp.float32)
+    else:
+        check_shape("prior_mean", prior_mean, (dim,), "(d,)")
+        check_floating("prior_mean", prior_mean)
+        mu0 = jnp.asarray(prior_mean, jnp.float32)
+    if prior_cov is None:
+        cov = prior_var * np.eye(dim)
+        chol = math.sqrt(prior_var) * np.eye(dim)
+    else:
+        check_shape("prior_cov", prior_cov, (dim, dim), "(d, d)")
+        check_floating("prior_cov", prior_cov)
+        cov = np.asarray(prior_cov, np.float64)
+        if not np.allclose(cov, cov.T, rtol=1e-6, atol=1e-12 * np.abs(cov).max()):
+            raise ValueError("prior_cov: expected a symmetric matrix")
+        try:
+            chol = np.linalg.cholesky(cov)
+        except np.linalg.LinAlgError:
+            raise ValueError("prior_cov: expected a positive-definite matrix") from None
+    return mu0, jnp.asarray(cov, jnp.float32), jnp.asarray(chol, jnp.float32)
+
+
+def _symmetrise(a: jax.Array) -> jax.Array:
+    return 0.5 * (a + a.T)
+
+
+def _kalman(sigma: jax.Array, x: jax.Array, noise_var: float) -> tuple[jax.Array, jax.Array]:
+    """Gain k = Sigma x / a and Sigma - w w^T, w = Sigma x / sqrt(a), a = x^T Sigma x + sigma^2.
+
+    Cost O(d^2): one matrix-vector product and one fused rank-one pass.
+    """
+    v = sigma @ x
+    a = x @ v + noise_var
+    w = v * jax.lax.rsqrt(a)
+    return v / a, sigma - jnp.outer(w, w)
+
+
+def _woodbury(sigma: jax.Array, xs: jax.Array, noise_var: float) -> tuple[jax.Array, jax.Array]:
+    """Batch gain K = Sigma X^T G^{-1} (d, B) and Sigma - W^T W. Cost O(B d^2 + B^2 d + B^3)."""
+    v = xs @ sigma
+    g = _symmetrise(v @ xs.T) + noise_var * jnp.eye(xs.shape[0], dtype=sigma.dtype)
+    chol = jnp.linalg.cholesky(g)
+    w = jax.scipy.linalg.solve_triangular(chol, v, lower=True)
+    gain = jax.scipy.linalg.solve_triangular(chol.T, w, lower=False).T
+    return gain, _symmetrise(sigma - w.T @ w)
+
+
+def gaussian_update(mu: jax.Array, sigma: jax.Array, x: jax.Array, y: jax.Array, *,
+                    noise_std: float) -> tuple[jax.Array, jax.Array]:
+    """One exact Bayesian-linear-regression step (mu, Sigma) -> (mu', Sigma'), cost O(d^2).
+
+    mu' = mu + k (y - x^T mu), Sigma' = Sigma - k x^T Sigma (kept symmetric bit for bit),
+    k = Sigma x / (x^T Sigma x + sigma^2) (Kalman gain; see the module docstring).
+    """
+    check_positive("noise_std", noise_std)
+    check_shape("mu", mu, (None,), "(d,)")
+    dim = np.shape(mu)[0]
+    check_shape("sigma", sigma, (dim, dim), "(d, d)")
+    x, y = _check_xy(dim, x, y)
+    k, sigma = _kalman(sigma, x, noise_std**2)
+    return mu + k * (y - x @ mu), sigma
+
+
+def _check_common(index_dim: int, noise_std: float, index: str) -> None:
+    if isinstance(index_dim, bool) or not isinstance(index_dim, int) or index_dim <= 0:
+        raise ValueError(f"index_dim: expected a positive int, got {index_dim!r}")
+    check_positive("noise_std", noise_std)
+    check_choice("index", index, INDEX_NAMES)
+
+
+def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prior_mean,
+              prior_cov, index: str, recompute: bool) -> LinearModel:
+    _check_common(index_dim, noise_std, index)
+    mu0, cov0, chol0 = _prior(dim, prior_var, prior_mean, prior_cov)
+    noise_var = noise_std**2
+    sampler = make_index(index, index_dim)
+    perturbation = make_index("sphere", index_dim).sample
+    zeta_scale = 1.0 / math.sqrt(sampler.scale)
+
+    def init(key: jax.Array):
+        rows = make_index("sphere", index_dim).sample(key, (dim,))
+        a0 = chol0 @ rows
+        if not recompute:
+            return EnsemblePPState(mu0, cov0, a0)
+        p0 = jax.scipy.linalg.solve_triangular(chol0.T, rows, lower=False)
+        return RecomputeState(mu0, cov0, a0, p0)
+
+    def update(state, key: jax.Array, x: jax.Array, y: jax.Array):
+        x, y = _check_xy(dim, x, y)
+        u = perturbation(key)
+        k, sigma = _kalman(state.sigma, x, noise_var)
+        mu = state.mu + k * (y - x @ state.mu)
+        if not recompute:
+            factor = state.factor + jnp.outer(k, noise_std * u - x @ state.factor)
+            return EnsemblePPState(mu, sigma, factor)
+        p = state.p + jnp.outer(x, u) / noise_std
+        return RecomputeState(mu, sigma, sigma @ p, p)
+
+    def update_batch(state, key: jax.Array, xs: jax.Array, ys: jax.Array,
+                     mask: jax.Array | None = None):
+        xs, ys = _check_batch(dim, xs, ys, mask)
+        if xs.shape[0] == 0:
+            return state
+        us = jax.vmap(perturbation)(jax.random.split(key, xs.shape[0]))
+        gain, sigma = _woodbury(state.sigma, xs, noise_var)
+        mu = state.mu + gain @ (ys - xs @ state.mu)
+        if not recompute:
+            factor = state.factor + gain @ (noise_std * us - xs @ state.factor)
+            return EnsemblePPState(mu, sigma, factor)
+        p = state.p + xs.T @ us / noise_std
+        return RecomputeState(mu, sigma, sigma @ p, p)
+
+    def sample(state, key: jax.Array, shape: Shape = ()) -> jax.Array:
+        zeta = zeta_scale * sampler.sample(key, shape)
+        return state.mu + zeta @ state.factor.T
+
+    return LinearModel(init, update, update_batch, sample)
+
+
+def ensemble_pp(dim: int, index_dim: int, *, noise_std: float, prior_var: float = 1.0,
+                prior_mean: jax.Array | None = None, prior_cov: jax.Array | None = None,
+                index: str = "gaussian") -> LinearModel:
+    """Linear Ensemble++ with the incremental Kalman-form factor update (arXiv:2407.13195).
+
+    State :class:`EnsemblePPState` (mu, sigma, factor A). Costs: init O(d^2 M) (A_0 = L B_0
+    with L the prior's Cholesky factor); ``update`` O(d^2 + dM); ``update_batch`` of B rows
+    O(B d^2 + B^2 d + B^3 + B d M); ``sample`` O(dM) per draw. E[A_t A_t^T] = Sigma_t over the
+    perturbations u_s ~ Unif(S^{M-1}) drawn from the update keys, for a fixed x sequence.
+
+    Args:
+      dim: feature dimension d.
+      index_dim: ensemble-factor width M >= 1.
+      noise_std: observation-noise std sigma > 0.
+      prior_var: prior variance, Sigma_0 = prior_var I (ignored when ``prior_cov`` is given).
+      prior_mean: prior mean mu_0 (d,); zeros by default.
+      prior_cov: optional full prior covariance Sigma_0 (d, d), symmetric positive definite.
+      index: sampling index family (:data:`hyperx.index.INDEX_NAMES`); it is rescaled to
+        zeta = xi / sqrt(c) so that E[zeta zeta^T] = I.
+    """
+    return _ensemble(dim, index_dim, noise_std, prior_var, prior_mean, prior_cov, index,
+                     recompute=False)
+
+
+def ensemble_pp_recompute(dim: int, index_dim: int, *, noise_std: float,
+                          prior_var: float = 1.0, prior_mean: jax.Array | None = None,
+                          prior_cov: jax.Array | None = None,
+                          index: str = "gaussian") -> LinearModel:
+    """The reference code's Ensemble++: A_t = Sigma_t P_t recomputed at O(d^2 M) per update.
+
+    P_t = Sigma_0^{-1} A_0 + sigma^{-1} sum_s x_s u_s^T. Same arguments, keys and
+    perturbations as :func:`ensemble_pp` (so both give the same A_t); state
+    :class:`RecomputeState`. For tests and benchmarks only.
+    """
+    return _ensemble(dim, index_dim, noise_std, prior_var, prior_mean, prior_cov, index,
+                     recompute=True)
+
+
+def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
+                    prior_mean: jax.Array | None = None,
+                    prior_cov: jax.Array | None = None) -> LinearModel:
+    """Exact posterior with a maintained square-root factor, for exact Thompson sampling.
+
+    State :class:`ExactPosteriorState` (mu, sigma, sqrt_cov S with Sigma = S S^T; S starts as
+    the Cholesky factor of Sigma_0 and follows Potter's square-root update). Costs:
+    ``update`` O(d^2) (Sherman-Morrison step for Sigma plus Potter step for S);
+    ``update_batch`` O(B d^2) as a scan of rank-one steps; ``sample`` O(d^2) per draw
+    (theta = mu + S z, z ~ N(0, I)). The keys of ``init`` and the updates are unused
+    (accepted for a uniform interface).
+    """
+    check_positive("noise_std", noise_std)
+    mu0, cov0, chol0 = _prior(dim, prior_var, prior_mean, prior_cov)
+    noise_var = noise_std**2
+
+    def init(key: jax.Array) -> ExactPosteriorState:
+        del key
+        return ExactPosteriorState(mu0, cov0, chol0)
+
+    def step(state: ExactPosteriorState, x: jax.Array, y: jax.Array) -> ExactPosteriorState:
+        k, sigma = _kalman(state.sigma, x, noise_var)
+        f = state.sqrt_cov.T @ x
+        a = f @ f + noise_var
+        beta = 1.0 / (a + noise_std * jnp.sqrt(a))
+        return ExactPosteriorState(state.mu + k * (y - x @ state.mu),
+                                   sigma,
+                                   state.sqrt_cov - beta * jnp.outer(state.sqrt_cov @ f, f))
+
+    def update(state: ExactPosteriorState, key: jax.Array, x: jax.Array,
+               y: jax.Array) -> ExactPosteriorState:
+        del key
+        return step(state, *_check_xy(dim, x, y))
+
+    def update_batch(state: ExactPosteriorState, key: jax.Array, xs: jax.Array, ys: jax.Array,
+                     mask: jax.Array | None = None) -> ExactPosteriorState:
+        del key
+        xs, ys = _check_batch(dim, xs, ys, mask)
+        return jax.lax.scan(lambda s, xy: (step(s, *xy), None), state, (xs, ys))[0]
+
+    def sample(state: ExactPosteriorState, key: jax.Array, shape: Shape = ()) -> jax.Array:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        z = jax.random.normal(key, (*shape, dim), jnp.float32)
+        return state.mu + z @ state.sqrt_cov.T
+
+    return LinearModel(init, update, update_batch, sample)

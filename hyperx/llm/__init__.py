@@ -1,0 +1,87 @@
+"""Policy-gradient corrections for RL on language models (see docs/llm/index.md).
+
+Rollout correction (:mod:`hyperx.llm.corrections`), the decoupled / bypass PPO and REINFORCE
+objectives (:mod:`hyperx.llm.objectives`), advantage baselines with the Optimal Token Baseline
+(:mod:`hyperx.llm.baselines`), the length-aware learning-rate scale
+(:mod:`hyperx.llm.schedules`) and mismatch diagnostics (:mod:`hyperx.llm.diagnostics`). The
+small test model stays in :mod:`hyperx.llm.model` (import it explicitly).
+"""
+
+from hyperx.llm.baselines import (
+    OTBOutput,
+    dr_grpo_advantages,
+    gradient_noise_proxy,
+    grpo_advantages,
+    log_prob_and_sum_sq,
+    logit_gradient_proxy,
+    logit_gradient_proxy_from_sum_sq,
+    otb_advantages,
+    otb_advantages_from_logits,
+    otb_advantages_from_sum_sq,
+    realized_energy,
+    returns_to_go,
+    rloo_advantages,
+    sum_squared_probs,
+    variance_diagnostics,
+)
+from hyperx.llm.corrections import (
+    CorrectionConfig,
+    CorrectionOutput,
+    Rejection,
+    rollout_correction,
+    token_kl,
+    topk_bucket_kl,
+)
+from hyperx.llm.diagnostics import (
+    correction_metrics,
+    information_bandwidth,
+    mask_metrics,
+    mismatch_metrics,
+    weight_metrics,
+)
+from hyperx.llm.objectives import (
+    LossOutput,
+    ObjectiveConfig,
+    aggregate_loss,
+    corrected_policy_loss,
+    loss_denominator,
+    policy_loss,
+)
+from hyperx.llm.schedules import LengthAwareScaleState, length_aware_scale
+
+__all__ = [
+    "CorrectionConfig",
+    "CorrectionOutput",
+    "LengthAwareScaleState",
+    "LossOutput",
+    "OTBOutput",
+    "ObjectiveConfig",
+    "Rejection",
+    "aggregate_loss",
+    "corrected_policy_loss",
+    "correction_metrics",
+    "dr_grpo_advantages",
+    "gradient_noise_proxy",
+    "grpo_advantages",
+    "information_bandwidth",
+    "length_aware_scale",
+    "log_prob_and_sum_sq",
+    "logit_gradient_proxy",
+    "logit_gradient_proxy_from_sum_sq",
+    "loss_denominator",
+    "mask_metrics",
+    "mismatch_metrics",
+    "otb_advantages",
+    "otb_advantages_from_logits",
+    "otb_advantages_from_sum_sq",
+    "policy_loss",
+    "realized_energy",
+    "returns_to_go",
+    "rloo_advantages",
+    "rollout_correction",
+    "sum_squared_probs",
+    "token_kl",
+    "topk_bucket_kl",
+    "variance_diagnostics",
+    "weight_metrics",
+]

@@ -1,0 +1,307 @@
+"""The value-based agent core behind HyperAgent, HyperFQI, HyperDQN, DQN, Ensemble+ and epinet DQN.
+
+One machinery (Li et al., HyperAgent, ICML 2024, arXiv:2402.10228; HyperFQI; Li et al.,
+HyperDQN, ICLR 2022), configured by a frozen :class:`~hyperx.agents.config.AgentConfig`:
+
+* Network: ``Q(s, a, xi)`` from :class:`hyperx.heads.HypermodelHead` (or the epinet head) on a
+  torso; its frozen prior lives in a separate collection and never trains.
+* Acting: one index xi per episode, redrawn at each step with probability ``redraw_prob``
+  (HyperAgent); with OIS the index is a set of J indices and the agent acts on the
+  ``q``-quantile over them of Q(s, a, .) per action; greedy argmax with a uniformly random
+  tie-break; epsilon-greedy when the config asks (DQN).
+* Replay (:func:`hyperx.replay.make_replay_buffer`): each transition stores a perturbation
+  ``z ~ Unif(S^{M-1})`` drawn when it is stored; ``|D|`` is the buffer's ``num_added``.
+* Loss: :func:`hyperx.losses.perturbed_value_loss` on n-step (double-)DQN targets from
+  :func:`hyperx.losses.double_q_targets`, over K indices per transition,
+
+      L = mean_b (1/K) sum_k (y_b(xi'_k) + sigma <xi_k, z_b> - Q(s_b, a_b, xi_k))^2
+          + (beta/|D| + l2) mean_k ||A xi_k + b||^2,
+
+  minimised by Adam (optax) after optional global-norm clipping; the target network is synced
+  every ``target_update_period`` gradient steps.
+
+:func:`make_agent` returns an :class:`Agent` of pure functions over an :class:`AgentState`,
+so any loop can drive it: ``act(state, key, obs)`` on one observation and
+``observe(state, key, transition)`` (store, redraw the index, and learn when due). For JAX
+environments the whole run is one ``lax.scan`` (:mod:`hyperx.agents.deepsea`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from hyperx._validation import check_positive, check_shape
+from hyperx.agents.config import AgentConfig
+from hyperx.heads import (
+    EpinetHead,
+    HypermodelHead,
+    MLPTorso,
+    NatureCNN,
+    Network,
+    OneHotMLPTorso,
+    generated_sq_norm,
+    make_network,
+)
+from hyperx.index import IndexDistribution, make_index
+from hyperx.losses import double_q_targets, index_quantile, perturbed_value_loss
+from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
+
+Array = jax.Array
+PyTree = Any
+
+
+class Transition(NamedTuple):
+    """One environment step as the agent receives it (leaves unbatched).
+
+    obs: the observation acted on; action: int32 scalar; reward: float32 scalar;
+    next_obs: the successor observation (to bootstrap from); terminal: bool scalar (no
+    bootstrap); truncated: bool scalar (the episode ends but bootstraps, e.g. a time limit).
+    """
+
+    obs: Array
+    action: Array
+    reward: Array
+    next_obs: Array
+    terminal: Array
+    truncated: Array
+
+
+class AgentState(NamedTuple):
+    """Everything the agent carries (a pytree; vmap it for many seeds).
+
+    params / target_params: trainable parameters of the online / target network; prior: the
+    frozen collection shared by both; opt_state: Adam's state; replay: the buffer (its
+    ``num_added`` is |D|); index: the acting index of the current episode, (J, M) with J = 1
+    or the OIS count; env_steps / grad_steps: int32 counters; loss: the last update's loss.
+    """
+
+    params: PyTree
+    target_params: PyTree
+    prior: PyTree
+    opt_state: PyTree
+    replay: ReplayState
+    index: Array
+    env_steps: Array
+    grad_steps: Array
+    loss: Array
+
+
+_LEARNED = ("params", "target_params", "opt_state", "grad_steps", "loss")
+
+
+class Agent(NamedTuple):
+    """The agent as pure functions (optax style); :meth:`jit` compiles the step functions.
+
+    init(key) -> AgentState
+    act(state, key, obs) -> int32 action, on ONE observation, with the episode's index.
+    observe(state, key, transition) -> AgentState: store the transition with its perturbation
+      z, redraw the index at episode ends (and with probability ``redraw_prob``), and run
+      ``updates_per_step`` gradient steps when learning is due.
+    update(state, key) -> AgentState: one gradient step (and target sync when due).
+    eval_index(key) -> index: a fresh index for one greedy evaluation episode.
+    eval_act(state, key, obs, index) -> action: greedy, no epsilon.
+    q_values(params, prior, obs, index) -> (B, A) values of a batch under an acting index.
+    """
+
+    config: AgentConfig
+    network: Network
+    init: Callable[[Array], AgentState]
+    act: Callable[[AgentState, Array, Array], Array]
+    observe: Callable[[AgentState, Array, Transition], AgentState]
+    update: Callable[[AgentState, Array], AgentState]
+    eval_index: Callable[[Array], Array]
+    eval_act: Callable[[AgentState, Array, Array, Array], Array]
+    q_values: Callable[[PyTree, PyTree, Array, Array], Array]
+
+    def jit(self) -> Agent:
+        """The same agent with ``act``, ``observe``, ``update`` and ``eval_act`` jitted."""
+        return self._replace(act=jax.jit(self.act), observe=jax.jit(self.observe),
+                             update=jax.jit(self.update), eval_act=jax.jit(self.eval_act))
+
+
+def make_torso(config: AgentConfig, num_states: int | None = None) -> nn.Module:
+    """The torso: an embedding MLP on integer states when ``num_states`` is given (DeepSea's
+    ``row * N + column``; exactly a dense layer on the one-hot, at O(1) cost), else the
+    config's MLP or the Nature CNN (Mnih et al., Nature 2015)."""
+    if num_states is not None:
+        return OneHotMLPTorso(num_states, tuple(config.torso_widths))
+    if config.torso == "nature_cnn":
+        return NatureCNN()
+    return MLPTorso(tuple(config.torso_widths))
+
+
+def make_head(config: AgentConfig, num_actions: int, torso: nn.Module) -> nn.Module:
+    """The value head ``Q(s, ., xi)`` of the config on ``torso``."""
+    if config.head == "epinet":
+        return EpinetHead(num_actions, config.index_dim, torso, tuple(config.epinet_hiddens),
+                          tuple(config.epinet_hiddens), config.prior_scale,
+                          include_inputs=isinstance(torso, MLPTorso))
+    return HypermodelHead(num_actions, config.index_dim, torso, config.prior_torso,
+                          config.prior_std, config.prior_scale, config.posterior_scale,
+                          config.bias_coef)
+
+
+def greedy_action(key: Array, q: Array) -> Array:
+    """``argmax_a q[a]`` with ties broken uniformly at random; ``q`` of shape (A,)."""
+    ties = q >= jnp.max(q)
+    return jax.random.categorical(key, jnp.where(ties, 0.0, -jnp.inf)).astype(jnp.int32)
+
+
+def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
+               num_states: int | None = None, step_budget: int | None = None) -> Agent:
+    """Build the agent of ``config`` for observations shaped like ``obs_example``.
+
+    Args:
+      config: the configuration (see :func:`hyperx.agents.config.get_config`).
+      num_actions: |A|.
+      obs_example: one observation (unbatched); it fixes the replay's storage.
+      num_states: for integer state ids (DeepSea's compact ``row * N + column``), the number
+        of states; the torso then embeds the id (O(1) in the number of states).
+      step_budget: env steps of the run; the buffer holds ``min(buffer_size, step_budget)``.
+    """
+    check_positive("num_actions", num_actions)
+    obs_example = jnp.asarray(obs_example)
+    if num_states is not None:
+        check_positive("num_states", num_states)
+        check_shape("obs_example", obs_example, (), "() for integer state ids")
+    capacity = config.buffer_size if step_budget is None else replay_capacity(
+        config.buffer_size, step_budget)
+    capacity = max(capacity, config.n_step)
+    network = make_network(make_head(config, num_actions, make_torso(config, num_states)))
+    index = make_index(config.index, config.index_dim)
+    perturbation = make_index("sphere", config.index_dim)
+    buffer = make_replay_buffer(config.n_step, config.gamma)
+    optimiser = optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm) if config.max_grad_norm
+        else optax.identity(),
+        optax.adam(config.learning_rate, eps=config.adam_eps))
+    epsilon = (optax.linear_schedule(config.epsilon_start, config.epsilon_end,
+                                     config.epsilon_decay_steps)
+               if config.epsilon_decay_steps > 0 else optax.constant_schedule(config.epsilon_end))
+    num_acting = config.ois_num_indices if config.ois_quantile is not None else 1
+    learn = _make_learner(config, network, index, buffer, optimiser)
+
+    def acting_index(key: Array) -> Array:
+        return index.sample(key, (num_acting,))
+
+    def q_values(params: PyTree, prior: PyTree, obs: Array, xi: Array) -> Array:
+        """(B, A) values under the acting index (J, M): the OIS quantile, or J = 1."""
+        q = network.apply({"params": params, "prior": prior}, obs, xi)
+        if config.ois_quantile is None:
+            return q[:, 0]
+        return index_quantile(q, config.ois_quantile, axis=1)
+
+    def init(key: Array) -> AgentState:
+        k_net, k_example, k_index = jax.random.split(key, 3)
+        variables = network.init(k_net, obs_example[None], index.sample(k_example, (1,)))
+        params = variables["params"]
+        example = dict(obs=obs_example, action=jnp.int32(0), reward=jnp.float32(0.0),
+                       next_obs=obs_example, terminal=jnp.bool_(False),
+                       truncated=jnp.bool_(False),
+                       z=jnp.zeros((config.index_dim,), jnp.float32))
+        zero = jnp.zeros((), jnp.int32)
+        return AgentState(params, params, variables["prior"], optimiser.init(params),
+                          buffer.init(capacity, example), acting_index(k_index), zero, zero,
+                          jnp.zeros((), jnp.float32))
+
+    def greedy(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
+        check_shape("obs", obs, obs_example.shape, "one observation")
+        q = q_values(state.params, state.prior, jnp.asarray(obs)[None], xi)[0]
+        return greedy_action(key, q)
+
+    def act(state: AgentState, key: Array, obs: Array) -> Array:
+        k_greedy, k_explore, k_random = jax.random.split(key, 3)
+        action = greedy(state, k_greedy, obs, state.index)
+        explore = jax.random.uniform(k_explore) < epsilon(state.env_steps)
+        random_action = jax.random.randint(k_random, (), 0, num_actions, jnp.int32)
+        return jnp.where(explore, random_action, action)
+
+    def observe(state: AgentState, key: Array, transition: Transition) -> AgentState:
+        k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
+        stored = dict(transition._asdict(), z=perturbation.sample(k_z))
+        replay = buffer.add(state.replay, stored)
+        ended = jnp.asarray(transition.terminal) | jnp.asarray(transition.truncated)
+        redraw = ended | (jax.random.uniform(k_redraw) < config.redraw_prob)
+        new_index = jnp.where(redraw, acting_index(k_index), state.index)
+        state = state._replace(replay=replay, index=new_index, env_steps=state.env_steps + 1)
+        due = ((state.env_steps >= config.learning_starts)
+               & (state.env_steps % config.update_every == 0)
+               & buffer.can_sample(replay, config.batch_size))
+
+        def learned(s: AgentState) -> tuple:
+            return s.params, s.target_params, s.opt_state, s.grad_steps, s.loss
+
+        def learn_all(s: AgentState) -> tuple:
+            keys = jax.random.split(k_learn, config.updates_per_step)
+            return learned(jax.lax.fori_loop(0, config.updates_per_step,
+                                             lambda i, s: learn(s, keys[i]), s))
+
+        # Only the learned parts leave the cond: under vmap it becomes a select, which must
+        # not copy the replay buffer every step.
+        parts = jax.lax.cond(due, learn_all, learned, state)
+        return state._replace(**dict(zip(_LEARNED, parts, strict=True)))
+
+    def eval_act(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
+        return greedy(state, key, obs, xi)
+
+    return Agent(config, network, init, act, observe, learn, acting_index, eval_act, q_values)
+
+
+def _make_learner(config: AgentConfig, network: Network, index: IndexDistribution,
+                  buffer: Any, optimiser: optax.GradientTransformation
+                  ) -> Callable[[AgentState, Array], AgentState]:
+    """One gradient step of the perturbed n-step double-DQN loss, plus the target sync."""
+    support = np.asarray(index.support()) if config.update_index == "support" else None
+    num_targets = config.ois_num_indices if config.ois_quantile is not None else 1
+    regularise = config.beta > 0 or config.l2 > 0
+
+    def loss_indices(key: Array) -> Array:
+        if support is not None:
+            return jnp.asarray(support)
+        return index.sample(key, (config.batch_size, config.num_indices))
+
+    def update(state: AgentState, key: Array) -> AgentState:
+        k_sample, k_xi, k_target = jax.random.split(key, 3)
+        batch = buffer.sample(state.replay, k_sample, config.batch_size)
+        xi = loss_indices(k_xi)
+        if config.target_index == "same" and config.ois_quantile is None:
+            xi_target = xi
+        else:
+            xi_target = index.sample(k_target, (config.batch_size, num_targets))
+        online = {"params": state.params, "prior": state.prior}
+        q_next_target = network.apply({"params": state.target_params, "prior": state.prior},
+                                      batch.bootstrap_obs, xi_target)
+        q_next_online = (network.apply(online, batch.bootstrap_obs, xi_target)
+                         if config.double_q else None)
+        targets = double_q_targets(batch.n_step_return, batch.discount, q_next_target,
+                                   q_next_online, quantile=config.ois_quantile)
+        perturbed = config.sigma > 0
+
+        def loss_fn(params: PyTree) -> Array:
+            q = network.apply({"params": params, "prior": state.prior},
+                              batch.transition["obs"], xi)
+            return perturbed_value_loss(
+                q, batch.transition["action"], targets,
+                xi=xi if perturbed else None,
+                z=batch.transition["z"] if perturbed else None, sigma=config.sigma,
+                reg_sq_norm=generated_sq_norm(params, xi) if regularise else None,
+                beta=config.beta, num_data=state.replay.num_added, l2=config.l2,
+                mask=batch.valid)
+
+        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        updates, opt_state = optimiser.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        grad_steps = state.grad_steps + 1
+        sync = grad_steps % config.target_update_period == 0
+        target = jax.tree.map(lambda p, t: jnp.where(sync, p, t), params, state.target_params)
+        return state._replace(params=params, target_params=target, opt_state=opt_state,
+                              grad_steps=grad_steps, loss=loss)
+
+    return update

@@ -1,0 +1,247 @@
+"""Train a value-based agent on DeepSea: one compiled ``lax.scan`` over env steps, ``vmap`` over
+seeds and action mappings (PureJaxRL style), through :func:`hyperx.experiment.run_scan`.
+
+DeepSea (Osband et al., bsuite, ICLR 2020) episodes are exactly N steps, so episode ``e`` ends
+at step ``(e + 1) N - 1`` for every seed at once: per-episode returns and bad-episode flags are
+written into fixed ``(S, E)`` arrays inside the scan, with ``E = steps / N``. The replay stores
+the compact state id ``row * N + column`` (an int32), never the N x N one-hot; the torso embeds
+it (:class:`hyperx.heads.OneHotMLPTorso`). The run advances in chunks of ``chunk_steps`` steps;
+between chunks a progress bar moves and, with ``checkpoint_dir``, the whole carry is saved with
+orbax, so a run stopped anywhere (also mid-episode) resumes bit for bit.
+
+Learned criteria reported per seed (:func:`hyperx.envs.deepsea.bsuite_learned_episode` and
+:func:`~hyperx.envs.deepsea.running_mean_learned_episode`): bsuite's (first episode with
+#bad / #episodes < 0.9), computed at EVERY episode, so it is the exact crossing (bsuite checks
+only its log-spaced logged episodes); and the stricter first episode whose last-100 mean
+return reaches 0.9 x 0.99.
+
+Reproducibility: seed ``s`` uses ``fold_in(PRNGKey(seed), s)``, so its random draws do not
+depend on how many seeds share the batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hyperx._validation import check_positive
+from hyperx.agents.config import AgentConfig
+from hyperx.agents.core import Agent, AgentState, Transition, make_agent
+from hyperx.envs import deepsea
+from hyperx.experiment import run_scan
+
+Array = jax.Array
+
+
+class SeedCarry(NamedTuple):
+    """One seed's training state (vmapped: every leaf has a leading seed axis)."""
+
+    agent: AgentState
+    env_state: deepsea.EnvState
+    env_params: deepsea.EnvParams
+    key: Array
+    episode_return: Array
+    returns: Array
+    bad: Array
+
+
+class TrainCarry(NamedTuple):
+    """The carry of the scan: the step counter ``t`` (shared by all seeds) and the seeds."""
+
+    t: Array
+    seeds: SeedCarry
+
+
+class DeepSeaResult(NamedTuple):
+    """Outcome of :func:`train_deepsea`.
+
+    returns, bad: (S, E) per-episode return and bad-episode flag.
+    learned_bsuite: (S,) exact first episode (1-based) with #bad / #episodes < 0.9, or -1.
+    learned_running_mean: (S,) first episode whose last-100 mean return >= 0.9 x 0.99, or -1.
+    compile_time_s, wall_time_s: compile time and run time (this process, after compiling).
+    env_steps_per_s: env steps per second summed over seeds (acting + learning).
+    steps_done: env steps completed (per seed); less than the budget after ``max_chunks``.
+    carry: the final :class:`TrainCarry`.
+    """
+
+    returns: np.ndarray
+    bad: np.ndarray
+    learned_bsuite: np.ndarray
+    learned_running_mean: np.ndarray
+    compile_time_s: float
+    wall_time_s: float
+    env_steps_per_s: float
+    steps_done: int
+    carry: TrainCarry
+
+
+class DeepSeaProgram(NamedTuple):
+    """A compiled-once training program: ``init(keys, mappings) -> TrainCarry`` (jitted) and
+    the batched ``step(carry, t)`` for :func:`hyperx.experiment.run_scan`."""
+
+    agent: Agent
+    size: int
+    num_steps: int
+    init: Any
+    step: Any
+
+
+def state_id(state: deepsea.EnvState, size: int) -> Array:
+    """The compact observation ``row * N + column`` (int32); ``N * N`` and above are terminal."""
+    return (state.row * size + state.column).astype(jnp.int32)
+
+
+@functools.lru_cache(maxsize=32)
+def make_program(config: AgentConfig, size: int, num_episodes: int) -> DeepSeaProgram:
+    """The training program of ``config`` on DeepSea(size) for ``num_episodes`` episodes.
+
+    Cached on its (hashable) arguments, so repeated runs reuse the compiled chunk.
+    """
+    check_positive("size", size)
+    check_positive("num_episodes", num_episodes)
+    num_steps = size * num_episodes
+    agent = make_agent(config, 2, jnp.int32(0), num_states=size * size, step_budget=num_steps)
+
+    def init_seed(key: Array, mapping: Array) -> SeedCarry:
+        k_agent, k_run = jax.random.split(key)
+        params = deepsea.make_params(mapping)
+        env_state, _ = deepsea.reset(params)
+        zeros = jnp.zeros((num_episodes,), jnp.float32)
+        return SeedCarry(agent.init(k_agent), env_state, params, k_run, jnp.float32(0.0),
+                         zeros, zeros.astype(bool))
+
+    def seed_step(c: SeedCarry, t: Array) -> SeedCarry:
+        key, k_act, k_obs = jax.random.split(c.key, 3)
+        obs = state_id(c.env_state, size)
+        action = agent.act(c.agent, k_act, obs)
+        out = deepsea.step(c.env_params, c.env_state, action)
+        transition = Transition(obs, action, out.reward, state_id(out.state, size), out.done,
+                                jnp.bool_(False))
+        agent_state = agent.observe(c.agent, k_obs, transition)
+        episode_return = c.episode_return + out.reward
+        episode = t // size
+        returns = c.returns.at[episode].set(
+            jnp.where(out.done, episode_return, c.returns[episode]))
+        bad = c.bad.at[episode].set(jnp.where(out.done, out.info.bad_episode, c.bad[episode]))
+        return SeedCarry(agent_state, deepsea.auto_reset(c.env_params, out.state),
+                         c.env_params, key, jnp.where(out.done, 0.0, episode_return),
+                         returns, bad)
+
+    batched = jax.vmap(seed_step, in_axes=(0, None))
+
+    def step(c: TrainCarry, _: Array) -> tuple[TrainCarry, None]:
+        seeds = jax.lax.cond(c.t < num_steps, lambda s: batched(s, c.t), lambda s: s, c.seeds)
+        return TrainCarry(c.t + 1, seeds), None
+
+    def init(keys: Array, mappings: Array) -> TrainCarry:
+        return TrainCarry(jnp.int32(0), jax.vmap(init_seed)(keys, mappings))
+
+    return DeepSeaProgram(agent, size, num_steps, jax.jit(init), step)
+
+
+def _mappings(size: int, num_seeds: int, mapping_seeds: int | Sequence[int]) -> np.ndarray:
+    if isinstance(mapping_seeds, int | np.integer):
+        return np.broadcast_to(deepsea.bsuite_mapping(size, int(mapping_seeds)),
+                               (num_seeds, size, size))
+    seeds = list(mapping_seeds)
+    if len(seeds) != num_seeds:
+        raise ValueError(f"mapping_seeds: expected an int or {num_seeds} seeds (one per seed), "
+                         f"got {len(seeds)}")
+    return np.stack([deepsea.bsuite_mapping(size, int(m)) for m in seeds])
+
+
+def initial_carry(program: DeepSeaProgram, num_seeds: int, seed: int = 0,
+                  mapping_seeds: int | Sequence[int] = deepsea.BSUITE_MAPPING_SEED
+                  ) -> TrainCarry:
+    """The carry at step 0: seed ``s`` keyed by ``fold_in(PRNGKey(seed), s)``."""
+    check_positive("num_seeds", num_seeds)
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(seed), s))(
+        jnp.arange(num_seeds))
+    return program.init(keys, jnp.asarray(_mappings(program.size, num_seeds, mapping_seeds)))
+
+
+def train_deepsea(
+    config: AgentConfig, size: int, num_episodes: int, *, num_seeds: int = 1, seed: int = 0,
+    mapping_seeds: int | Sequence[int] = deepsea.BSUITE_MAPPING_SEED,
+    chunk_steps: int | None = None, checkpoint_dir: str | None = None,
+    max_chunks: int | None = None, progress: bool = False,
+) -> DeepSeaResult:
+    """Train ``config`` on DeepSea(size) for ``num_episodes`` episodes and ``num_seeds`` seeds.
+
+    Args:
+      config: agent configuration (:func:`hyperx.agents.get_config`).
+      size: N; each episode is N env steps, so the budget is ``N * num_episodes`` steps.
+      num_episodes: episodes per seed.
+      num_seeds: seeds, vmapped in one compiled program.
+      seed: base seed; seed s uses ``fold_in(PRNGKey(seed), s)``.
+      mapping_seeds: bsuite mapping seed shared by all seeds (42, bsuite's sweep), or one
+        mapping seed per seed.
+      chunk_steps: env steps per compiled call (default: about 20 chunks per run).
+      checkpoint_dir: save the full carry after every chunk there and resume from its latest
+        checkpoint (which must come from the same arguments).
+      max_chunks: stop after this many chunks in this call (to split a run across processes).
+      progress: show a tqdm progress bar between chunks (when tqdm is installed).
+    """
+    check_positive("num_seeds", num_seeds)
+    program = make_program(config, size, num_episodes)
+    chunk = chunk_steps or max(size, -(-program.num_steps // 20))
+    check_positive("chunk_steps", chunk)
+    carry = initial_carry(program, num_seeds, seed, mapping_seeds)
+    manager = None
+    if checkpoint_dir is not None:
+        from hyperx.agents.checkpoint import CheckpointManager
+
+        meta = {"agent": config.name, "config": repr(config), "size": size,
+                "num_episodes": num_episodes, "num_seeds": num_seeds, "seed": seed,
+                "mapping_seeds": repr(mapping_seeds), "chunk_steps": chunk}
+        manager = CheckpointManager(checkpoint_dir, meta)
+        carry = manager.restore_latest(carry)
+    bar = _progress_bar(program.num_steps, int(carry.t)) if progress else None
+    compile_time = run_time = 0.0
+    steps_before = int(carry.t)
+    chunks = 0
+    while int(carry.t) < program.num_steps and (max_chunks is None or chunks < max_chunks):
+        result = run_scan(program.step, carry, chunk)
+        carry = result.carry
+        compile_time += result.compile_time_s
+        run_time += result.run_time_s
+        chunks += 1
+        if manager is not None:
+            manager.save(int(carry.t), carry)
+        if bar is not None:
+            bar.update(min(int(carry.t), program.num_steps) - bar.n)
+    if manager is not None:
+        manager.close()
+    if bar is not None:
+        bar.close()
+    steps_done = min(int(carry.t), program.num_steps)
+    returns = np.asarray(carry.seeds.returns)
+    bad = np.asarray(carry.seeds.bad)
+    done = steps_done // size
+    learned = [_learned(returns[s, :done], bad[s, :done]) for s in range(num_seeds)]
+    steps_run = (steps_done - steps_before) * num_seeds
+    return DeepSeaResult(
+        returns=returns[:, :done], bad=bad[:, :done],
+        learned_bsuite=np.array([b for b, _ in learned], np.int64),
+        learned_running_mean=np.array([r for _, r in learned], np.int64),
+        compile_time_s=compile_time, wall_time_s=run_time,
+        env_steps_per_s=steps_run / run_time if run_time > 0 else float("nan"),
+        steps_done=steps_done, carry=carry)
+
+
+def _learned(returns: np.ndarray, bad: np.ndarray) -> tuple[int, int]:
+    return (int(deepsea.bsuite_learned_episode(bad)),
+            int(deepsea.running_mean_learned_episode(returns)))
+
+
+def _progress_bar(total: int, initial: int) -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, initial=initial, unit="step", desc="deepsea")

@@ -8,6 +8,7 @@ Argument errors print one line (``hyperx: error: ...``) and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -34,7 +35,7 @@ def _deepsea(args: argparse.Namespace) -> int:
 
     mapping = (list(range(args.mapping_seed, args.mapping_seed + args.seeds))
                if args.per_seed_mappings else args.mapping_seed)
-    checkpoints = f"{args.out}/checkpoints" if args.checkpoint else None
+    checkpoints = os.path.join(args.out, "checkpoints") if args.checkpoint else None
     result = train_deepsea(get_config(args.agent), args.size, args.episodes,
                            num_seeds=args.seeds, seed=args.seed, mapping_seeds=mapping,
                            chunk_steps=args.chunk_steps, checkpoint_dir=checkpoints,
@@ -42,7 +43,7 @@ def _deepsea(args: argparse.Namespace) -> int:
     summary = write_outputs(result, args.out, agent=args.agent, size=args.size)
     print(f"{args.agent} on DeepSea({args.size}), {args.seeds} seeds: learned (bsuite, exact "
           f"crossing) at {summary['learned_episode_bsuite']}; running mean at "
-          f"{summary['learned_episode_running_mean']}; {summary['env_steps_per_s']:.0f} "
+          f"{summary['learned_episode_running_mean']}; {result.env_steps_per_s:.0f} "
           f"env steps/s; wrote {args.out}")
     return 0
 
@@ -58,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seeds", type=_positive_int, default=2000, help="vmapped seeds")
     demo.set_defaults(func=_demo)
     _add_deepsea_parser(sub)
+    from hyperx.bandits import sweep
+
+    sweep.register(sub)
     return parser
 
 

@@ -210,7 +210,11 @@ def _bandit_program(
 
     def init_run(key: Array, hparams: dict[str, Array]) -> _RunCarry:
         k_env, k_learner, k_run = jax.random.split(key, 3)
-        return _RunCarry(env.init(k_env), make(hparams).init(k_learner, spec), k_run,
+        env_state = env.init(k_env)
+        run_spec = spec
+        if env.fixed_arms:
+            run_spec = spec._replace(arms=env.observe(env_state, k_env, jnp.int32(0)).contexts)
+        return _RunCarry(env_state, make(hparams).init(k_learner, run_spec), k_run,
                          jnp.zeros((), jnp.float32), jnp.zeros(t_dev.shape, jnp.float32),
                          hparams)
 

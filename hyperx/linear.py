@@ -176,14 +176,27 @@ def _kalman(sigma: jax.Array, x: jax.Array, noise_var: float) -> tuple[jax.Array
     return v / a, sigma - jnp.outer(w, w)
 
 
-def _woodbury(sigma: jax.Array, xs: jax.Array, noise_var: float) -> tuple[jax.Array, jax.Array]:
-    """Batch gain K = Sigma X^T G^{-1} (d, B) and Sigma - W^T W. Cost O(B d^2 + B^2 d + B^3)."""
+class WoodburyStep(NamedTuple):
+    """One batched posterior step for B rows X (see :func:`woodbury_step`)."""
+
+    gain: jax.Array     # K = Sigma X^T G^{-1}, (d, B)
+    sigma: jax.Array    # Sigma - Sigma X^T G^{-1} X Sigma, (d, d)
+    chol: jax.Array     # lower Cholesky factor L of G = X Sigma X^T + sigma^2 I, (B, B)
+    whitened: jax.Array  # W = L^{-1} X Sigma, (B, d), so that Sigma' = Sigma - W^T W
+
+
+def woodbury_step(sigma: jax.Array, xs: jax.Array, noise_var: float) -> WoodburyStep:
+    """Condition N(., Sigma) on B rows at once with one B x B Cholesky (Woodbury identity).
+
+    Cost O(B d^2 + B^2 d + B^3). The returned factor and whitened rows let callers update
+    derived quantities (log det, cached products) without a second factorisation.
+    """
     v = xs @ sigma
     g = _symmetrise(v @ xs.T) + noise_var * jnp.eye(xs.shape[0], dtype=sigma.dtype)
     chol = jnp.linalg.cholesky(g)
     w = jax.scipy.linalg.solve_triangular(chol, v, lower=True)
     gain = jax.scipy.linalg.solve_triangular(chol.T, w, lower=False).T
-    return gain, _symmetrise(sigma - w.T @ w)
+    return WoodburyStep(gain, _symmetrise(sigma - w.T @ w), chol, w)
 
 
 def gaussian_update(mu: jax.Array, sigma: jax.Array, x: jax.Array, y: jax.Array, *,
@@ -243,7 +256,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
         if xs.shape[0] == 0:
             return state
         us = jax.vmap(perturbation)(jax.random.split(key, xs.shape[0]))
-        gain, sigma = _woodbury(state.sigma, xs, noise_var)
+        gain, sigma = woodbury_step(state.sigma, xs, noise_var)[:2]
         mu = state.mu + gain @ (ys - xs @ state.mu)
         if not recompute:
             factor = state.factor + gain @ (noise_std * us - xs @ state.factor)

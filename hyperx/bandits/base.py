@@ -35,12 +35,15 @@ class BanditSpec(NamedTuple):
       context_dim: d, arm-feature dimension.
       horizon: T, number of rounds of the run (e.g. to size buffers).
       fixed_arms: True when every round offers the same K arm features in the same order.
+      arms: the fixed arm features (K, d) when ``fixed_arms`` and known before the run (the
+        runner fills them in, so learners such as LinUCB can cache per-arm quantities), else None.
     """
 
     num_arms: int
     context_dim: int
     horizon: int
     fixed_arms: bool = False
+    arms: Any = None
 
     @classmethod
     def from_env(cls, env: Any, horizon: int) -> BanditSpec:

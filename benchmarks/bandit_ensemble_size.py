@@ -66,7 +66,7 @@ def _learner(name: str, index: str, m: int | None):
     if name == "exact_ts":
         return exact_ts()
     if name == "linucb":
-        return linucb(1.0)
+        return linucb()
     return ensemble_pp(m, index=index)
 
 

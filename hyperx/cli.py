@@ -1,6 +1,7 @@
 """The ``hyperx`` console script.
 
-``hyperx demo`` runs the library's main job on an embedded default and prints what it found;
+``hyperx demo`` runs the library's main jobs on embedded defaults and prints what it found;
+``hyperx bandit`` runs a regret sweep of bandit learners over many seeds;
 ``hyperx deepsea`` trains a value-based agent on DeepSea and writes returns, summary and plot.
 Argument errors print one line (``hyperx: error: ...``) and exit with status 2.
 """
@@ -21,11 +22,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+DEMO_BANDIT = ["--env", "linear", "--dim", "20", "--arms", "100", "--steps", "1000",
+               "--seeds", "200", "--agents",
+               "exact_ts,linucb,ensemble_pp:M=16,ensemble_pp:M=16,index=sphere,epsilon_greedy"]
+DEMO_DEEPSEA = ["--size", "10", "--agent", "hyperagent", "--seeds", "4", "--episodes", "400"]
+
+
 def _demo(args: argparse.Namespace) -> int:
     from hyperx.demos.linear import run_linear_demo
 
+    print("[1/3] linear Ensemble++ against the exact Bayesian posterior")
     run_linear_demo(dim=args.dim, index_dim=args.index_dim, steps=args.steps, seeds=args.seeds)
-    return 0
+    print("\n[2/3] contextual-bandit regret sweep: hyperx bandit " + " ".join(DEMO_BANDIT))
+    main(["bandit", *DEMO_BANDIT, "--out", os.path.join(args.out, "bandit")])
+    print("\n[3/3] DeepSea: hyperx deepsea " + " ".join(DEMO_DEEPSEA))
+    return main(["deepsea", *DEMO_DEEPSEA, "--quiet", "--out", os.path.join(args.out, "deepsea")])
 
 
 def _deepsea(args: argparse.Namespace) -> int:
@@ -52,11 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hyperx`` command (exposed for tests and docs)."""
     parser = _Parser(prog="hyperx", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    demo = sub.add_parser("demo", help="linear Ensemble++ against the exact Bayesian posterior")
+    demo = sub.add_parser("demo", help="Ensemble++ vs the exact posterior, a bandit sweep, DeepSea")
     demo.add_argument("--dim", type=_positive_int, default=20, help="feature dimension d")
     demo.add_argument("--index-dim", type=_positive_int, default=16, help="Ensemble++ width M")
     demo.add_argument("--steps", type=_positive_int, default=1000, help="observations T")
     demo.add_argument("--seeds", type=_positive_int, default=2000, help="vmapped seeds")
+    demo.add_argument("--out", default="demo_out", help="output directory of the sweep and run")
     demo.set_defaults(func=_demo)
     _add_deepsea_parser(sub)
     from hyperx.bandits import sweep

@@ -38,7 +38,7 @@ def _ensemble_pp(spec: BanditSpec, M: int = 16, index: str = "gaussian",  # noqa
     return linear.ensemble_pp(M, index=index, noise_std=noise_std, prior_var=prior_var)
 
 
-def _linucb(spec: BanditSpec, alpha: float = 1.0, confidence: str = "fixed",
+def _linucb(spec: BanditSpec, alpha: float | None = None, confidence: str = "fixed",
             delta: float = 0.05, noise_std: float = 1.0, prior_var: float = 10.0) -> Learner:
     del spec
     return linear.linucb(alpha, confidence=confidence, delta=delta, noise_std=noise_std,

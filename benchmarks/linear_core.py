@@ -12,8 +12,10 @@ M in {16, 64}:
   (hyperx.linear.ensemble_pp_recompute).
 
 Each measurement is one jitted ``lax.scan`` over n steps (compiled and run once first), timed
-with ``block_until_ready``; the per-step time is the median over repeats divided by n (the
-minimum is recorded too: on a shared machine it is the steadier of the two).
+with ``block_until_ready``; the per-step time is the median over repeats divided by n, and the
+minimum is recorded too. The ratios use the minima: on a shared machine a neighbour's burst
+inflates some repeats (a first full run here showed a 13x jump of one median that a rerun did
+not reproduce), and the minimum is the steadier estimate of the code's own cost.
 
     python benchmarks/linear_core.py            # full grid (the lead's run)
     python benchmarks/linear_core.py --quick    # d in {50, 100}: a smoke test of the script
@@ -136,12 +138,13 @@ def ratios(rows: list[dict]) -> list[dict]:
     for d, m in sorted({(r["d"], r["M"]) for r in rows}):
         epp, rec = by[("ensemble_pp", d, m)], by[("recompute", d, m)]
         sq, rf = by[("exact_ts_sqrt", d, m)], by[("exact_ts_refactor", d, m)]
-        step = lambda r: r["update_us"] + r["sample_us"]
+        step = lambda r: r["update_us_min"] + r["sample_us_min"]
         out.append({"d": d, "M": m,
-                    "recompute_over_ensemble_pp_update": rec["update_us"] / epp["update_us"],
+                    "recompute_over_ensemble_pp_update": (rec["update_us_min"]
+                                                          / epp["update_us_min"]),
                     "recompute_over_ensemble_pp_step": step(rec) / step(epp),
                     "exact_sqrt_over_ensemble_pp_step": step(sq) / step(epp),
-                    "refactor_over_sqrt_sample": rf["sample_us"] / sq["sample_us"]})
+                    "refactor_over_sqrt_sample": rf["sample_us_min"] / sq["sample_us_min"]})
     return out
 
 
@@ -181,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     dims, ms = ((50, 100), (16, 64)) if args.quick else ((100, 1000, 4000), (16, 64))
     dims, ms = tuple(args.dims or dims), tuple(args.ms or ms)
-    repeats = args.repeats or (3 if args.quick else 5)
+    repeats = args.repeats or (3 if args.quick else 9)
     rows, start = [], time.perf_counter()
     for dim in dims:
         for m in ms:

@@ -48,7 +48,7 @@ def laplace_step(state: LaplaceState, x: Array, reward: Array) -> LaplaceState:
     """One online Newton / Laplace update of the logistic posterior (module docstring)."""
     p = jax.nn.sigmoid(x @ state.mean)
     h = p * (1.0 - p)
-    f = state.sqrt_cov.T @ x
+    f = x @ state.sqrt_cov
     sf = state.sqrt_cov @ f
     q = 1.0 + h * (f @ f)
     sqrt_cov = state.sqrt_cov - (h / (q + jnp.sqrt(q))) * jnp.outer(sf, f)

@@ -64,17 +64,19 @@ class Learner(NamedTuple):
 def argmax_random_tiebreak(key: Array, values: Array) -> Array:
     """Index of the largest entry of ``values`` (K,), ties broken uniformly at random.
 
-    Each maximiser gets an independent Unif(0, 1) score and the largest score wins, so every
-    tied arm is chosen with probability 1/#ties. NaN entries count as -inf (never chosen unless
-    every entry is NaN or -inf, in which case all arms tie).
+    One uniform draw r in {0, ..., #ties - 1} picks the r-th maximiser (the first index whose
+    running count of maximisers exceeds r), so every tied arm is chosen with probability
+    1/#ties at the cost of one random number, not K. NaN entries count as -inf (never chosen
+    unless every entry is NaN or -inf, in which case all arms tie).
     """
     check_rank("values", values, 1)
     if values.shape[0] == 0:
         raise ValueError("values: expected at least one entry, got shape (0,)")
     values = jnp.where(jnp.isnan(values), -jnp.inf, values)
     is_max = values == jnp.max(values)
-    scores = jnp.where(is_max, jax.random.uniform(key, values.shape), -1.0)
-    return jnp.argmax(scores).astype(jnp.int32)
+    count = jnp.cumsum(is_max, dtype=jnp.int32)
+    r = jax.random.randint(key, (), 0, count[-1])
+    return jnp.argmax(count > r).astype(jnp.int32)
 
 
 class DelayedState(NamedTuple):

@@ -121,16 +121,16 @@ def _linear_game(
         k_theta, k_arms = jax.random.split(key)
         theta = math.sqrt(prior_var) * jax.random.normal(k_theta, (dim,), jnp.float32)
         state = {"theta": theta}
-        if fixed_arms:
+        if fixed_arms:  # the means never change: computed once, not once per round
             state["arms"] = _uniform_arms(k_arms, num_arms, dim, arm_bound)
+            state["means"] = link(state["arms"] @ theta)
         return state
 
     def observe(env_state: dict[str, Array], key: Array, t: Array) -> Round:
         del t
         if fixed_arms:
-            arms = env_state["arms"]
-        else:
-            arms = _uniform_arms(key, num_arms, dim, arm_bound)
+            return Round(env_state["arms"], env_state["means"])
+        arms = _uniform_arms(key, num_arms, dim, arm_bound)
         return Round(arms, link(arms @ env_state["theta"]))
 
     return BanditEnv(name, num_arms, dim, fixed_arms, init, observe, reward_fn)

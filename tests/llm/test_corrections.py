@@ -197,8 +197,11 @@ def test_topk_bucket_kl_lower_bounds_full_kl(seed, k):
     pi_logits = 2.0 * jax.random.normal(k_pi, (2, 3, 6))
     log_mu = jax.nn.log_softmax(mu_logits)
     topk_lp, ids = jax.lax.top_k(log_mu, k)
-    bucket = topk_bucket_kl(topk_lp, ids, pi_logits)
-    assert np.all(np.asarray(bucket) <= np.asarray(token_kl(mu_logits, pi_logits)) + 1e-5)
+    bucket = np.asarray(topk_bucket_kl(topk_lp, ids, pi_logits))
+    full = np.asarray(token_kl(mu_logits, pi_logits))
+    # At k = V - 1 the rest bucket holds one token and the two are equal up to float32 rounding
+    # of sums of ~6 terms of size ~1: allow 1e-5 relative plus 1e-5 absolute (seen: 2e-5 at 1.43).
+    assert np.all(bucket <= full * (1 + 1e-5) + 1e-5)
 
 
 def test_trm_from_topk_logits():

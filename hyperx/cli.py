@@ -10,17 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Sequence
 
-
-class _Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line on stderr and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"hyperx: error: {message}\n")
-        raise SystemExit(2)
-
+from hyperx._argparse import OneLineParser, positive_int
 
 DEMO_BANDIT = ["--env", "linear", "--dim", "20", "--arms", "100", "--steps", "1000",
                "--seeds", "200", "--agents",
@@ -61,13 +53,13 @@ def _deepsea(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hyperx`` command (exposed for tests and docs)."""
-    parser = _Parser(prog="hyperx", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = OneLineParser(prog="hyperx", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     demo = sub.add_parser("demo", help="Ensemble++ vs the exact posterior, a bandit sweep, DeepSea")
-    demo.add_argument("--dim", type=_positive_int, default=20, help="feature dimension d")
-    demo.add_argument("--index-dim", type=_positive_int, default=16, help="Ensemble++ width M")
-    demo.add_argument("--steps", type=_positive_int, default=1000, help="observations T")
-    demo.add_argument("--seeds", type=_positive_int, default=2000, help="vmapped seeds")
+    demo.add_argument("--dim", type=positive_int, default=20, help="feature dimension d")
+    demo.add_argument("--index-dim", type=positive_int, default=16, help="Ensemble++ width M")
+    demo.add_argument("--steps", type=positive_int, default=1000, help="observations T")
+    demo.add_argument("--seeds", type=positive_int, default=2000, help="vmapped seeds")
     demo.add_argument("--out", default="demo_out", help="output directory of the sweep and run")
     demo.set_defaults(func=_demo)
     _add_deepsea_parser(sub)
@@ -81,31 +73,21 @@ def _add_deepsea_parser(sub: argparse._SubParsersAction) -> None:
     from hyperx.agents.config import AGENT_NAMES
 
     deep = sub.add_parser("deepsea", help="train a value-based agent on DeepSea for many seeds")
-    deep.add_argument("--size", type=_positive_int, default=20, help="DeepSea size N")
+    deep.add_argument("--size", type=positive_int, default=20, help="DeepSea size N")
     deep.add_argument("--agent", choices=AGENT_NAMES, default="hyperagent", help="agent config")
-    deep.add_argument("--seeds", type=_positive_int, default=5, help="vmapped seeds")
-    deep.add_argument("--episodes", type=_positive_int, default=2000, help="episodes per seed")
+    deep.add_argument("--seeds", type=positive_int, default=5, help="vmapped seeds")
+    deep.add_argument("--episodes", type=positive_int, default=2000, help="episodes per seed")
     deep.add_argument("--out", required=True, help="output directory")
     deep.add_argument("--seed", type=int, default=0, help="base seed")
     deep.add_argument("--mapping-seed", type=int, default=42, help="bsuite action-mapping seed")
     deep.add_argument("--per-seed-mappings", action="store_true",
                       help="seed s uses mapping seed MAPPING_SEED + s")
-    deep.add_argument("--chunk-steps", type=_positive_int, default=None,
+    deep.add_argument("--chunk-steps", type=positive_int, default=None,
                       help="env steps per compiled chunk")
     deep.add_argument("--checkpoint", action="store_true",
                       help="checkpoint to OUT/checkpoints after each chunk and resume from it")
     deep.add_argument("--quiet", action="store_true", help="no progress bar")
     deep.set_defaults(func=_deepsea)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,36 +35,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
+from hyperx._argparse import OneLineParser, fail, positive_int
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.registry import LEARNERS, make_learner, parse_agent, split_agents
 
 ENV_ALIASES = {"linear": "russo"}
 CSV_COLUMNS = ("agent", "config", "seed", "t", "regret")
-
-
-def fail(message: str) -> NoReturn:
-    """Print ``hyperx: error: message`` (one line) on stderr and exit with status 2."""
-    sys.stderr.write(f"hyperx: error: {' '.join(str(message).split())}\n")
-    raise SystemExit(2)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
-        fail(message)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,14 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="linear", help=f"game: {envs}")
     parser.add_argument("--dim", type=int, default=None, help="feature dimension d")
     parser.add_argument("--arms", type=int, default=None, help="arms per round K (>= 2)")
-    parser.add_argument("--steps", type=_positive_int, default=500, help="horizon T")
-    parser.add_argument("--seeds", type=_positive_int, default=64, help="seeds per agent")
+    parser.add_argument("--steps", type=positive_int, default=500, help="horizon T")
+    parser.add_argument("--seeds", type=positive_int, default=64, help="seeds per agent")
     parser.add_argument("--seed", type=int, default=0, help="base seed")
     parser.add_argument("--agents", default="exact_ts,linucb,ensemble_pp",
                         help="NAME[:KEY=VALUE,...] list; names: " + ", ".join(LEARNERS))
-    parser.add_argument("--update-every", type=_positive_int, default=1,
+    parser.add_argument("--update-every", type=positive_int, default=1,
                         help="B: batched / delayed feedback every B rounds")
-    parser.add_argument("--points", type=_positive_int, default=50,
+    parser.add_argument("--points", type=positive_int, default=50,
                         help="about this many log-spaced checkpoints t")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
@@ -100,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hyperx bandit`` with ``argv`` (the arguments after ``bandit``)."""
-    parser = _Parser(prog="hyperx bandit", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="hyperx bandit", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 

@@ -34,7 +34,8 @@ def test_get_config_rejects_unknown_names_and_bad_values():
 def test_named_configs_differ_only_in_knobs():
     agent, fqi = get_config("hyperagent"), get_config("hyperfqi")
     assert (agent.index, agent.index_dim, agent.redraw_prob, agent.n_step) == ("sphere", 4, 0.01, 1)
-    assert (fqi.index, fqi.sigma, fqi.redraw_prob, fqi.n_step) == ("gaussian", 1e-4, 0.0, 10)
+    assert (fqi.index, fqi.sigma, fqi.redraw_prob, fqi.n_step) == ("gaussian", 1e-4, 0.0, 1)
+    assert get_config("hyperfqi", env="atari").n_step == 10
     assert get_config("hyperfqi_oh").update_index == "support"
     assert get_config("hyperfqi_ois").ois_quantile == 0.8
     dqn = get_config("dqn")

@@ -24,9 +24,13 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow --durations=15 -q
 
+# The speed benchmarks (a few minutes, run them alone); the quality studies
+# (bandit_ensemble_size, bandit_neural, deepsea_scaling) take longer: see each script's --help.
 bench: $(STAMP)
 	$(PY) benchmarks/linear_core.py
 	$(PY) benchmarks/llm_corrections.py
+	$(PY) benchmarks/bandit_throughput.py
+	$(PY) benchmarks/deepsea_throughput.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check hyperx tests benchmarks

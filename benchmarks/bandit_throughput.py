@@ -3,15 +3,18 @@
 For exact Thompson sampling and linear Ensemble++ (gaussian index, M = 16) on Russo & Van Roy's
 game at the two sizes of the ensemble-size study (d = 50, K = 1000 and d = 100, K = 10,000):
 
-- ``jax``: seed-rounds per second of :func:`hyperx.experiment.run_bandit` (all seeds vmapped in
-  one compiled ``lax.scan``; compile time excluded, reported separately);
+- ``jax``: seed-rounds per second of :func:`hyperx.experiment.run_bandit` (seeds vmapped in
+  one compiled ``lax.scan``; compile time excluded, reported separately), both with every seed
+  in one pass (``jax_one_pass``) and with the default cache-sized seed groups (``jax``: as many
+  seeds per pass as fit in 4 MiB of run state, ``group_size="auto"``), and their ratio;
 - ``numpy``: the same learner and game as a plain NumPy float32 loop, one seed after another
   (the reference implementation's structure), and the ratio jax / numpy;
 - ``floor``: every round must read the K x d arm features of every seed to score the arms
   (4 K d bytes per seed-round; the posterior is O(d^2 + dM) and smaller). With the memory
   bandwidth B measured in the same run (the faster of a large NumPy and a large JAX float32
   sum), the bandwidth-bound ceiling is B / (4 K d) seed-rounds per second; ``fraction_of_floor``
-  says how close the sweep gets. When all seeds' arms fit in cache, the sweep can exceed it.
+  says how close the sweep gets. When a pass's arms fit in cache (the point of the seed
+  groups), the sweep can exceed it.
 
     python benchmarks/bandit_throughput.py            # full sizes (the lead's run)
     python benchmarks/bandit_throughput.py --quick    # tiny sizes: a smoke test
@@ -121,12 +124,17 @@ def main() -> None:
     for size, (dim, arms) in sizes.items():
         env = russo(dim=dim, num_arms=arms)
         for name, learner in (("exact_ts", exact_ts()), (f"ensemble_pp_M{M}", ensemble_pp(M))):
+            one = run_bandit(env, learner, horizon=steps, num_seeds=seeds, checkpoints=[steps],
+                             group_size=None)
             res = run_bandit(env, learner, horizon=steps, num_seeds=seeds, checkpoints=[steps])
             np_rate = numpy_seed_steps_per_s(name.split("_M")[0], dim, arms, np_steps, 2)
             floor = peak / (4 * arms * dim)
             row = {"size": size, "learner": name, "dim": dim, "arms": arms, "seeds": seeds,
                    "steps": steps, "compile_time_s": res.compile_time_s,
                    "run_time_s": res.wall_time_s, "jax_seed_steps_per_s": res.run_steps_per_s,
+                   "group_size": res.group_size,
+                   "jax_one_pass_seed_steps_per_s": one.run_steps_per_s,
+                   "groups_vs_one_pass": res.run_steps_per_s / one.run_steps_per_s,
                    "numpy_seed_steps_per_s": np_rate,
                    "speedup_vs_numpy": res.run_steps_per_s / np_rate,
                    "arm_bytes_per_seed_step": 4 * arms * dim,
@@ -134,7 +142,8 @@ def main() -> None:
                    "floor_seed_steps_per_s": floor,
                    "fraction_of_floor": res.run_steps_per_s / floor}
             rows.append(row)
-            print(f"{size:>14} {name:<16} jax {row['jax_seed_steps_per_s']:10.3g}/s  numpy "
+            print(f"{size:>14} {name:<16} jax {row['jax_seed_steps_per_s']:10.3g}/s "
+                  f"(groups of {res.group_size}; one pass {one.run_steps_per_s:9.3g}/s)  numpy "
                   f"{np_rate:9.3g}/s  x{row['speedup_vs_numpy']:6.1f}  "
                   f"{100 * row['fraction_of_floor']:5.1f}% of the bandwidth floor", flush=True)
 

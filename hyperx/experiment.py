@@ -42,6 +42,10 @@ from hyperx.envs.bandits import BanditEnv
 Array = jax.Array
 Carry = Any
 
+CACHE_BYTES = 4 << 20
+"""Run state per compiled pass of :func:`run_bandit` with ``group_size="auto"`` (4 MiB: a
+group's arm features stay in a typical last-level cache share)."""
+
 
 class ScanResult(NamedTuple):
     """Final carry, stacked per-step outputs (host NumPy, leading axis ``num_steps``), timings."""
@@ -144,6 +148,7 @@ class BanditResult(NamedTuple):
       wall_time_s: time to run it (after compiling).
       steps_per_s: rounds per second of the batched scan (every seed advances one round).
       run_steps_per_s: rounds per second summed over seeds and grid points.
+      group_size: runs per compiled pass (see ``run_bandit``'s ``group_size``).
     """
 
     t: np.ndarray
@@ -153,6 +158,7 @@ class BanditResult(NamedTuple):
     wall_time_s: float
     steps_per_s: float
     run_steps_per_s: float
+    group_size: int
 
     @property
     def final_regret(self) -> np.ndarray:
@@ -239,6 +245,7 @@ def run_bandit(
     num_seeds: int = 1, seed: int = 0, grid: Mapping[str, Any] | None = None,
     update_every: int = 1, checkpoints: Any = None, chunk_size: int | None = None,
     progress: Callable[[int, int], None] | None = None, devices: list[Any] | None = None,
+    group_size: int | str | None = "auto",
 ) -> BanditResult:
     """Cumulative expected regret of ``learner`` on ``env`` for ``num_seeds`` seeds.
 
@@ -253,6 +260,15 @@ def run_bandit(
       checkpoints: increasing round counts in [1, T] to record (default ``log_grid(T)``).
       chunk_size, progress: see :func:`run_scan`.
       devices: devices to shard the runs over (default: all); runs are padded to a multiple.
+      group_size: runs per compiled pass: an int, ``None`` (all runs in one pass) or
+        ``"auto"`` (the default: as many runs as fit in :data:`CACHE_BYTES` of run state, at
+        least one). The runs are split into groups of this size (rounded up to a multiple of
+        the device count) that run the whole horizon one after another through the same
+        compiled program. A group whose state (e.g. each seed's K x d arm features) fits in
+        cache reads it from cache every round instead of streaming every seed's from memory:
+        with large K d this is about twice as fast (benchmarks/bandit_throughput.py). Results
+        do not depend on it (up to XLA's reduction order for a different batch shape, see the
+        module docstring).
     """
     check_positive("horizon", horizon)
     check_positive("num_seeds", num_seeds)
@@ -282,20 +298,50 @@ def run_bandit(
 
     devices = jax.devices() if devices is None else list(devices)
     num_runs = num_points * num_seeds
-    padded_runs = math.ceil(num_runs / len(devices)) * len(devices)
     seed_keys = _seed_keys(seed, num_seeds)
-    pad = np.concatenate([np.arange(num_runs), np.zeros(padded_runs - num_runs, np.int64)])
-    keys = jnp.tile(seed_keys, (num_points, 1))[pad]
-    hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds)[pad]
-               for name, v in grid_values.items()}
-    keys, hparams = shard_leading_axis((keys, hparams), devices)
-    carry = init_runs(keys, hparams)
+    all_keys = jnp.tile(seed_keys, (num_points, 1))
+    all_hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds) for name, v in grid_values.items()}
+    if group_size == "auto":
+        run_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(
+            jax.eval_shape(init_runs, all_keys[:1], {k: v[:1] for k, v in all_hparams.items()})))
+        group = max(1, CACHE_BYTES // max(run_bytes, 1))
+    elif group_size is None:
+        group = num_runs
+    elif isinstance(group_size, int) and not isinstance(group_size, bool) and group_size > 0:
+        group = group_size
+    else:
+        raise ValueError(f"group_size: expected a positive int, None or 'auto', got "
+                         f"{group_size!r}")
+    group = math.ceil(min(group, num_runs) / len(devices)) * len(devices)
+    num_groups = math.ceil(num_runs / group)
+    pad = np.concatenate([np.arange(num_runs),
+                          np.zeros(num_groups * group - num_runs, np.int64)])
+    keys = all_keys[pad]
+    hparams = {name: v[pad] for name, v in all_hparams.items()}
 
-    result = run_scan(batched_step, carry, horizon, chunk_size=chunk_size, progress=progress)
-    regret = np.asarray(result.carry.record)[:num_runs].reshape(num_points, num_seeds, -1)
-    wall = result.run_time_s
+    records, compile_time, wall = [], 0.0, 0.0
+    for g in range(num_groups):
+        part = slice(g * group, (g + 1) * group)
+        group_progress = None if progress is None else functools.partial(
+            _group_progress, progress, g, num_groups, horizon)
+        carry = init_runs(*shard_leading_axis((keys[part], {k: v[part] for k, v in
+                                                            hparams.items()}), devices))
+        result = run_scan(batched_step, carry, horizon, chunk_size=chunk_size,
+                          progress=group_progress)
+        records.append(np.asarray(result.carry.record))
+        compile_time += result.compile_time_s
+        wall += result.run_time_s
+    regret = np.concatenate(records)[:num_runs].reshape(num_points, num_seeds, -1)
     return BanditResult(
         t=t_record, regret=regret if grid_values else regret[0], grid=grid_values,
-        compile_time_s=result.compile_time_s, wall_time_s=wall,
+        compile_time_s=compile_time, wall_time_s=wall,
         steps_per_s=horizon / wall, run_steps_per_s=horizon * num_runs / wall,
+        group_size=group,
     )
+
+
+def _group_progress(progress: Callable[[int, int], None], group: int, num_groups: int,
+                    horizon: int, done: int, total: int) -> None:
+    """Report group ``group``'s ``done`` of ``total`` steps as progress over all groups."""
+    del total
+    progress(group * horizon + done, num_groups * horizon)

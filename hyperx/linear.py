@@ -135,16 +135,20 @@ def _check_batch(dim: int, xs, ys, mask) -> tuple[jax.Array, jax.Array]:
 
 
 def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
-    """Validated (mu_0, Sigma_0, chol(Sigma_0)) as float32 arrays."""
+    """Validated (mu_0, Sigma_0, chol(Sigma_0)) as float32 NumPy arrays.
+
+    NumPy, not JAX: a model built while a function is being traced (the bandit learners build
+    theirs lazily, once d is known, and cache it) must not capture that trace's values.
+    """
     if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
         raise ValueError(f"dim: expected a positive int, got {dim!r}")
     check_positive("prior_var", prior_var)
     if prior_mean is None:
-        mu0 = jnp.zeros(dim, jnp.float32)
+        mu0 = np.zeros(dim, np.float32)
     else:
         check_shape("prior_mean", prior_mean, (dim,), "(d,)")
         check_floating("prior_mean", prior_mean)
-        mu0 = jnp.asarray(prior_mean, jnp.float32)
+        mu0 = np.asarray(prior_mean, np.float32)
     if prior_cov is None:
         cov = prior_var * np.eye(dim)
         chol = math.sqrt(prior_var) * np.eye(dim)
@@ -158,7 +162,7 @@ def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
             chol = np.linalg.cholesky(cov)
         except np.linalg.LinAlgError:
             raise ValueError("prior_cov: expected a positive-definite matrix") from None
-    return mu0, jnp.asarray(cov, jnp.float32), jnp.asarray(chol, jnp.float32)
+    return mu0, np.asarray(cov, np.float32), np.asarray(chol, np.float32)
 
 
 def _symmetrise(a: jax.Array) -> jax.Array:
@@ -234,10 +238,11 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
     def init(key: jax.Array):
         rows = make_index("sphere", index_dim).sample(key, (dim,))
         a0 = chol0 @ rows
+        mu, sigma = jnp.asarray(mu0), jnp.asarray(cov0)
         if not recompute:
-            return EnsemblePPState(mu0, cov0, a0)
+            return EnsemblePPState(mu, sigma, a0)
         p0 = jax.scipy.linalg.solve_triangular(chol0.T, rows, lower=False)
-        return RecomputeState(mu0, cov0, a0, p0)
+        return RecomputeState(mu, sigma, a0, p0)
 
     def update(state, key: jax.Array, x: jax.Array, y: jax.Array):
         x, y = _check_xy(dim, x, y)
@@ -327,7 +332,7 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
 
     def init(key: jax.Array) -> ExactPosteriorState:
         del key
-        return ExactPosteriorState(mu0, cov0, chol0)
+        return ExactPosteriorState(jnp.asarray(mu0), jnp.asarray(cov0), jnp.asarray(chol0))
 
     def step(state: ExactPosteriorState, x: jax.Array, y: jax.Array) -> ExactPosteriorState:
         k, sigma = _kalman(state.sigma, x, noise_var)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hyperx.bandits.baselines import epsilon_greedy, uniform_random
+from hyperx.bandits.linear import ensemble_pp, exact_ts
 from hyperx.envs.bandits import make_bandit_env
 from hyperx.experiment import log_grid, run_bandit, run_scan
 
@@ -129,6 +130,41 @@ def test_grid_points_match_single_runs_and_chunking_changes_nothing():
     assert set(rows[0]) == {"epsilon", "seed", "t", "regret"}
 
 
+def test_seed_groups_give_the_same_regret_and_report_progress_over_all_groups():
+    learner = LEARNERS["ridge"]
+    whole = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=5, seed=2, group_size=None)
+    assert whole.group_size == 5
+    calls = []
+    grouped = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=5, seed=2, group_size=2,
+                         chunk_size=16, progress=lambda done, total: calls.append((done, total)))
+    assert grouped.group_size == 2
+    np.testing.assert_array_equal(grouped.regret, whole.regret)
+    # 3 groups (the last padded) x 3 chunks of 16 rounds; progress counts over all groups
+    assert calls == [(16, 120), (32, 120), (40, 120), (56, 120), (72, 120), (80, 120),
+                     (96, 120), (112, 120), (120, 120)]
+    auto = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=5, seed=2)
+    assert auto.group_size == 5  # a few hundred bytes of state per run: one group
+    np.testing.assert_array_equal(auto.regret, whole.regret)
+
+
+def test_auto_groups_split_runs_whose_arm_features_fill_the_cache():
+    env = make_bandit_env("russo", dim=64, num_arms=8192)  # 2 MiB of arms per seed
+    result = run_bandit(env, exact_ts(), horizon=3, num_seeds=3)
+    assert result.group_size == 1
+    single = run_bandit(env, exact_ts(), horizon=3, num_seeds=1)
+    np.testing.assert_array_equal(result.regret[:1], single.regret)
+
+
+@pytest.mark.parametrize("make", [exact_ts, ensemble_pp], ids=["exact_ts", "ensemble_pp"])
+def test_one_learner_object_runs_again_with_new_shapes(make):
+    # the linear learners build their model lazily inside the trace and cache it: it must not
+    # keep that trace's values (a second trace for a new batch shape used to fail)
+    learner = make()
+    first = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=3, group_size=None)
+    again = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=2, group_size=None)
+    np.testing.assert_allclose(again.regret, first.regret[:2], rtol=1e-5)
+
+
 def test_delayed_feedback_run():
     every = run_bandit(RUSSO, LEARNERS["ridge"], horizon=HORIZON, num_seeds=2, update_every=1)
     batched = run_bandit(RUSSO, LEARNERS["ridge"], horizon=HORIZON, num_seeds=2,
@@ -154,6 +190,9 @@ def test_bad_arguments_name_the_argument():
         run_bandit(RUSSO, epsilon_greedy, horizon=5)
     with pytest.raises(ValueError, match="update_every"):
         run_bandit(RUSSO, learner, horizon=5, update_every=0)
+    for bad in (0, -2, 1.5, "big", True):
+        with pytest.raises(ValueError, match="group_size"):
+            run_bandit(RUSSO, learner, horizon=5, group_size=bad)
 
 
 SHARDED_SCRIPT = textwrap.dedent("""
@@ -170,8 +209,10 @@ SHARDED_SCRIPT = textwrap.dedent("""
     kw = dict(horizon=30, num_seeds=6, seed=11)
     sharded = run_bandit(env, learner, devices=jax.devices(), **kw)
     single = run_bandit(env, learner, devices=jax.devices()[:1], **kw)
+    grouped = run_bandit(env, learner, devices=jax.devices(), group_size=2, **kw)
     print(json.dumps({"devices": len(jax.devices()), "sharded": sharded.regret.tolist(),
-                      "single": single.regret.tolist()}))
+                      "single": single.regret.tolist(), "grouped": grouped.regret.tolist(),
+                      "group_size": grouped.group_size}))
 """)
 
 
@@ -184,3 +225,5 @@ def test_sharded_run_equals_unsharded_in_a_subprocess():
     sharded, single = np.array(result["sharded"]), np.array(result["single"])
     assert sharded.shape == (6, log_grid(30).size)
     np.testing.assert_array_equal(sharded, single)
+    assert result["group_size"] == 4  # rounded up to the device count: 2 groups of 4 runs
+    np.testing.assert_array_equal(np.array(result["grouped"]), single)

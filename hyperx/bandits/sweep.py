@@ -164,7 +164,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             "agent": name, "config": options, "final_regret": _interval(result.final_regret),
             "wall_time_s": elapsed, "compile_time_s": result.compile_time_s,
             "run_time_s": result.wall_time_s, "steps_per_s": result.steps_per_s,
-            "seed_steps_per_s": result.run_steps_per_s,
+            "seed_steps_per_s": result.run_steps_per_s, "group_size": result.group_size,
         }
 
     with open(out / "regret.csv", "w", newline="") as f:

@@ -16,7 +16,8 @@ reference implementation's numbers (Li et al., *Scalable Exploration via Ensembl
 arXiv:2407.13195; the authors' NumPy code, 200 seeds, mean +- sd) beside ours.
 
 Resumable: each finished (size, learner) cell is written to the JSON at once, and a rerun with
-the same settings skips the cells already there (``--fresh`` starts over).
+the same seed count skips the cells already there for any size of unchanged shape (``--fresh``
+starts over); ``--sizes`` runs some sizes and keeps the others' results.
 
     python benchmarks/bandit_ensemble_size.py            # the full study (the lead's run)
     python benchmarks/bandit_ensemble_size.py --quick    # tiny sizes: a smoke test
@@ -95,10 +96,13 @@ def smallest_m_within(cells: dict, tolerance: float = WITHIN) -> dict[str, int |
 
 
 def run(sizes: dict, seeds: int, quick: bool, path: Path, fresh: bool) -> dict:
-    settings = {"sizes": {k: list(v) for k, v in sizes.items()}, "seeds": seeds}
     results = json.loads(path.read_text()) if path.exists() and not fresh else {}
-    if results.get("settings") != settings:
-        results = {"settings": settings, "cells": {}}
+    if results.get("settings", {}).get("seeds") != seeds:
+        results = {"settings": {"sizes": {}, "seeds": seeds}, "cells": {}}
+    for size, shape in sizes.items():  # a size's finished cells are kept if its shape matches
+        if results["settings"]["sizes"].get(size) != list(shape):
+            results["settings"]["sizes"][size] = list(shape)
+            results["cells"].pop(size, None)
     results.update(reference=REFERENCE | {"ensemble_pp_gaussian": {
         str(k): v for k, v in REFERENCE["ensemble_pp_gaussian"].items()}},
         device=str(jax.devices()[0]), platform=platform.platform())

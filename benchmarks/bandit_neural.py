@@ -9,19 +9,23 @@ Ensemble+, epinet, HyperAgent, NeuralTS, NeuralUCB, epsilon-greedy, and uniform 
 
 Every learner runs ``--seeds`` seeds (common random numbers: seed s is the same problem for every
 learner) as one compiled ``lax.scan`` vmapped over seeds (hyperx.experiment.run_bandit).
+
+The quadratic preset's prior scale 5 (posterior scale 1) makes neural Ensemble++ explore for
+thousands of rounds: the trainable factor must grow to cancel a prior term that dwarfs the
+reward gaps, at Adam's 1e-4 per step. So the benchmark also runs
+``neural_ensemble_pp_selected``: the (prior, posterior) scale of SCALE_GRID with the lowest mean
+final regret on ``--tune-seeds`` held-out seeds (base seed 1000, disjoint from the evaluation
+seeds 0..S-1), reported with the whole selection sweep. The other learners keep their presets.
+
 Outputs: ``results/bandit_neural.json`` (per game and learner: mean final cumulative expected
 regret with its normal 95% interval, sd, per-seed values, mean curve at log-spaced checkpoints,
-compile and run times) and ``results/bandit_neural.png`` (mean regret vs t with 95% bands).
+compile and run times; the prior-scale selection) and ``results/bandit_neural.png`` (mean regret
+vs t with 95% bands).
 
-    python benchmarks/bandit_neural.py            # T = 600, 20 seeds (the lead's run, ~15 min
-                                                  # on 2 CPU cores)
+    python benchmarks/bandit_neural.py            # T = 1500, 20 seeds (the lead's run, about
+                                                  # 30 min alone on 2 CPU cores)
     python benchmarks/bandit_neural.py --quick    # tiny smoke test of the script (d = 10)
     python benchmarks/bandit_neural.py --learning-rate 1e-3   # faster learning than the reference
-
-With the reference Adam step 1e-4 and the quadratic preset (prior scale 5), neural Ensemble++
-needs thousands of rounds before its posterior factor cancels the prior: at T = 600 it is still
-close to uniform play (measured, 20 seeds, T = 2000: per-round regret 0.34 -> 0.30 against
-epsilon-greedy's 0.33 -> 0.13).
 """
 
 from __future__ import annotations
@@ -45,6 +49,9 @@ from hyperx.experiment import run_bandit
 RESULTS = Path(__file__).resolve().parent / "results"
 GAMES = ("quadratic", "neural_classification")
 LEARNERS = (*NEURAL_LEARNERS, "uniform")
+TUNED = "neural_ensemble_pp_selected"
+SCALE_GRID = ((5.0, 1.0), (1.0, 1.0), (0.3, 0.3), (0.1, 0.1), (0.03, 0.03))
+TUNE_SEED = 1000
 
 
 def interval(x: np.ndarray) -> tuple[float, float]:
@@ -53,26 +60,56 @@ def interval(x: np.ndarray) -> tuple[float, float]:
     return float(x.mean()), float(half)
 
 
-def run_game(game: str, horizon: int, seeds: int, dim: int, config: NeuralConfig) -> dict:
+def _record(result) -> dict:
+    seeds = result.final_regret.size
+    mean, half = interval(result.final_regret)
+    return {
+        "final_mean": mean, "final_ci95": half,
+        "final_sd": float(result.final_regret.std(ddof=1)) if seeds > 1 else float("nan"),
+        "final_per_seed": result.final_regret.tolist(),
+        "t": result.t.tolist(), "curve_mean": result.regret.mean(0).tolist(),
+        "curve_ci95": (1.96 * result.regret.std(0, ddof=1) / np.sqrt(seeds)).tolist()
+        if seeds > 1 else None,
+        "compile_s": result.compile_time_s, "run_s": result.wall_time_s,
+    }
+
+
+def select_scales(env, game: str, horizon: int, seeds: int, config: NeuralConfig) -> dict:
+    """Neural Ensemble++'s (prior, posterior) scale with the lowest mean final regret on
+    ``seeds`` held-out seeds (base seed TUNE_SEED, disjoint from the evaluation seeds)."""
+    sweep = {}
+    for prior, post in SCALE_GRID:
+        learner = neural_learner("neural_ensemble_pp", game, config=config, prior_scale=prior,
+                                 posterior_scale=post)
+        result = run_bandit(env, learner, horizon=horizon, num_seeds=seeds, seed=TUNE_SEED)
+        sweep[f"{prior}/{post}"] = float(result.final_regret.mean())
+        print(f"{game:22s} tune neural_ensemble_pp prior/posterior {prior}/{post}: "
+              f"{sweep[f'{prior}/{post}']:9.2f}", flush=True)
+    best = min(sweep, key=sweep.get)
+    prior, post = (float(v) for v in best.split("/"))
+    return {"held_out_seeds": seeds, "base_seed": TUNE_SEED, "mean_final_regret": sweep,
+            "selected": {"prior_scale": prior, "posterior_scale": post}}
+
+
+def run_game(game: str, horizon: int, seeds: int, dim: int, config: NeuralConfig,
+             tune_seeds: int) -> tuple[dict, dict]:
     env = make_bandit_env(game, dim=dim)
+    tuning = select_scales(env, game, horizon, tune_seeds, config)
     rows = {}
-    for name in LEARNERS:
-        learner = uniform_random() if name == "uniform" else neural_learner(name, game,
-                                                                            config=config)
+    for name in (*LEARNERS, TUNED):
+        if name == "uniform":
+            learner = uniform_random()
+        elif name == TUNED:
+            learner = neural_learner("neural_ensemble_pp", game, config=config,
+                                     **tuning["selected"])
+        else:
+            learner = neural_learner(name, game, config=config)
         result = run_bandit(env, learner, horizon=horizon, num_seeds=seeds)
-        mean, half = interval(result.final_regret)
-        rows[name] = {
-            "final_mean": mean, "final_ci95": half,
-            "final_sd": float(result.final_regret.std(ddof=1)) if seeds > 1 else float("nan"),
-            "final_per_seed": result.final_regret.tolist(),
-            "t": result.t.tolist(), "curve_mean": result.regret.mean(0).tolist(),
-            "curve_ci95": (1.96 * result.regret.std(0, ddof=1) / np.sqrt(seeds)).tolist()
-            if seeds > 1 else None,
-            "compile_s": result.compile_time_s, "run_s": result.wall_time_s,
-        }
-        print(f"{game:22s} {name:22s} {mean:9.2f} +- {half:7.2f}   compile "
+        rows[name] = _record(result)
+        mean, half = rows[name]["final_mean"], rows[name]["final_ci95"]
+        print(f"{game:22s} {name:28s} {mean:9.2f} +- {half:7.2f}   compile "
               f"{result.compile_time_s:5.1f}s run {result.wall_time_s:6.1f}s", flush=True)
-    return rows
+    return rows, tuning
 
 
 def plot(results: dict, path: Path) -> None:
@@ -94,10 +131,12 @@ def plot(results: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--horizon", type=int, default=600)
+    parser.add_argument("--horizon", type=int, default=1500)
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--dim", type=int, default=100)
     parser.add_argument("--games", nargs="+", default=list(GAMES))
+    parser.add_argument("--tune-seeds", type=int, default=8,
+                        help="held-out seeds for selecting neural Ensemble++'s prior scale")
     parser.add_argument("--learning-rate", type=float, default=NeuralConfig().learning_rate,
                         help="Adam step size of every neural learner (reference: 1e-4)")
     parser.add_argument("--quick", action="store_true",
@@ -106,11 +145,13 @@ def main() -> None:
     args = parser.parse_args()
     config = NeuralConfig(learning_rate=args.learning_rate)
     if args.quick:
-        args.horizon, args.seeds, args.dim = 60, 2, 10
+        args.horizon, args.seeds, args.dim, args.tune_seeds = 60, 2, 10, 2
         config = config._replace(hidden=(16, 16), batch_size=16, learning_starts=16)
     start = time.perf_counter()
-    results = {game: run_game(game, args.horizon, args.seeds, args.dim, config)
-               for game in args.games}
+    results, tuning = {}, {}
+    for game in args.games:
+        results[game], tuning[game] = run_game(game, args.horizon, args.seeds, args.dim, config,
+                                               args.tune_seeds)
     total = time.perf_counter() - start
     stem = "bandit_neural_quick" if args.quick else "bandit_neural"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -118,8 +159,8 @@ def main() -> None:
             "num_candidates": 1000, "config": config._asdict(), "total_s": total,
             "jax": jax.__version__, "platform": platform.platform(),
             "devices": [str(d) for d in jax.devices()]}
-    (args.out / f"{stem}.json").write_text(json.dumps({"meta": meta, "results": results},
-                                                      indent=1))
+    (args.out / f"{stem}.json").write_text(json.dumps(
+        {"meta": meta, "prior_scale_selection": tuning, "results": results}, indent=1))
     plot(results, args.out / f"{stem}.png")
     print(f"total {total:.0f}s -> {args.out / stem}.json/.png")
 

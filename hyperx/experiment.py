@@ -146,7 +146,7 @@ class BanditResult(NamedTuple):
       grid: the grid's values, name -> (G,) (empty without a grid).
       compile_time_s: time to compile the run.
       wall_time_s: time to run it (after compiling).
-      steps_per_s: rounds per second of the batched scan (every seed advances one round).
+      steps_per_s: horizon / wall time: rounds per second at which every run advances.
       run_steps_per_s: rounds per second summed over seeds and grid points.
       group_size: runs per compiled pass (see ``run_bandit``'s ``group_size``).
     """

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import NoReturn
+
+from hyperx._validation import INT32_MAX
 
 
 def fail(message: str) -> NoReturn:
     """Print ``hyperx: error: message`` (one line) on stderr and exit with status 2."""
     sys.stderr.write(f"hyperx: error: {' '.join(str(message).split())}\n")
     raise SystemExit(2)
+
+
+def interrupted(message: str) -> NoReturn:
+    """After Ctrl-C: print ``hyperx: interrupted: message`` (one line) and exit with 130."""
+    sys.stderr.write(f"\nhyperx: interrupted: {' '.join(str(message).split())}\n")
+    raise SystemExit(130)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -20,12 +29,39 @@ class OneLineParser(argparse.ArgumentParser):
         fail(message)
 
 
-def positive_int(text: str) -> int:
-    """``argparse`` type: an int > 0, with a message that names what was expected."""
+def _integer(text: str, low: int) -> int:
+    """An int in [low, 2**31 - 1] from ``"12"`` or an integral ``"1e8"``."""
+    want = f"an integer in [{low}, {INT32_MAX}]"
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        try:
+            number = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+        if not math.isfinite(number) or number != int(number):
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+        value = int(number)
+    if not low <= value <= INT32_MAX:
+        why = " (the int32 range of the compiled counters)" if value > INT32_MAX else ""
+        raise argparse.ArgumentTypeError(f"expected {want}{why}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """``argparse`` type: an int in [1, 2**31 - 1] (``"1e6"`` is accepted)."""
+    return _integer(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """``argparse`` type: an int in [0, 2**31 - 1]."""
+    return _integer(text, 0)
+
+
+def add_run_dir_options(parser: argparse.ArgumentParser) -> None:
+    """``--resume`` and ``--overwrite`` (mutually exclusive) for a command writing ``--out``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--resume", action="store_true",
+                       help="continue the run in --out (same options), skipping finished work")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace what another run wrote to --out (other files are kept)")

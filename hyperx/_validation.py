@@ -1,18 +1,29 @@
 """Boundary checks shared by every public function.
 
 Errors name the argument and what was expected, e.g.
-``ValueError: x: expected shape (d,) = (10,), got (3, 10)``. Checks read static
+``ValueError: x: expected shape (d,) = (10,), got (3, 10)``. Shape and dtype checks read static
 shapes and dtypes only, so they run once at trace time and cost nothing under jit.
+
+Value checks (:func:`check_finite`, :func:`check_index`) look at the values only when they are
+concrete (a host call outside ``jit``); on traced values they do nothing unless ``checked`` is
+set, in which case they add a :func:`jax.experimental.checkify.check`, and the jitted function
+must then be wrapped by :func:`checked` (``err, out = checked(f)(...); err.throw()``).
+Scalar options (:func:`check_positive`, :func:`check_range`) must be finite numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import os
+from collections.abc import Callable, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import checkify
 
 Dim = int | None
+INT32_MAX = 2**31 - 1
 
 
 def check_shape(name: str, x, shape: Sequence[Dim], what: str | None = None) -> None:
@@ -51,11 +62,113 @@ def check_integer(name: str, x) -> None:
         raise TypeError(f"{name}: expected an integer dtype, got {dtype}")
 
 
+def _number(name: str, value) -> float:
+    """``value`` as a float; ``TypeError`` naming ``name`` for strings and non-numbers."""
+    if isinstance(value, str | bytes) or np.ndim(value) != 0:
+        raise TypeError(f"{name}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {value!r}") from None
+
+
 def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
-    """Raise ``ValueError`` unless the Python scalar ``value`` is > 0 (or >= 0)."""
-    bad = value < 0 if allow_zero else value <= 0
-    if bad:
-        raise ValueError(f"{name}: expected {'>= 0' if allow_zero else '> 0'}, got {value}")
+    """Raise ``ValueError`` unless the scalar ``value`` is finite and > 0 (or >= 0)."""
+    number = _number(name, value)
+    if not math.isfinite(number) or (number < 0 if allow_zero else number <= 0):
+        raise ValueError(f"{name}: expected a finite number {'>= 0' if allow_zero else '> 0'}, "
+                         f"got {value}")
+
+
+def check_range(name: str, value, low: float | None = None, high: float | None = None, *,
+                open_low: bool = False, open_high: bool = False) -> None:
+    """Raise ``ValueError`` unless the scalar ``value`` is finite and in the interval from
+    ``low`` to ``high`` (closed unless ``open_low`` / ``open_high``; ``None``: unbounded)."""
+    number = _number(name, value)
+    below = low is not None and (number <= low if open_low else number < low)
+    above = high is not None and (number >= high if open_high else number > high)
+    if not math.isfinite(number) or below or above:
+        interval = (f"{'(' if open_low or low is None else '['}"
+                    f"{'-inf' if low is None else low}, {'inf' if high is None else high}"
+                    f"{')' if open_high or high is None else ']'}")
+        raise ValueError(f"{name}: expected a finite number in {interval}, got {value}")
+
+
+def check_int(name: str, value, low: int = 1, high: int = INT32_MAX) -> None:
+    """Raise ``ValueError`` unless ``value`` is an int in [low, high] (default: a positive
+    int32, the range of the compiled step counters)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"{name}: expected an integer in [{low}, {high}], got {value!r}")
+    if not low <= value <= high:
+        why = " (int32 range)" if high == INT32_MAX and value > high else ""
+        raise ValueError(f"{name}: expected an integer in [{low}, {high}]{why}, got {value}")
+
+
+def _concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def check_finite(name: str, x, *, checked: bool = False) -> None:
+    """Raise ``ValueError`` naming ``name`` if the concrete array ``x`` holds NaN or inf.
+
+    On a traced ``x`` (inside ``jit``/``scan``) nothing is checked unless ``checked``: then a
+    ``checkify.check`` is added and the caller's function must be run under :func:`checked`.
+    """
+    message = f"{name}: expected finite values, got NaN or inf"
+    if _concrete(x):
+        values = np.asarray(x)
+        if (np.issubdtype(values.dtype, np.floating)
+                and not np.all(np.isfinite(values))):
+            raise ValueError(f"{message} at index {np.argwhere(~np.isfinite(values))[0].tolist()}"
+                             if values.ndim else message)
+    elif checked:
+        checkify.check(jnp.all(jnp.isfinite(x)), message)
+
+
+def check_index(name: str, x, num: int, *, checked: bool = False) -> None:
+    """Raise ``ValueError`` unless every entry of the concrete integer ``x`` is in [0, num);
+    on a traced ``x``, a ``checkify.check`` when ``checked`` (see :func:`check_finite`)."""
+    message = f"{name}: expected integers in [0, {num - 1}]"
+    if _concrete(x):
+        values = np.asarray(x)
+        if values.size and (values.min() < 0 or values.max() >= num):
+            bad = values[(values < 0) | (values >= num)].flat[0]
+            raise ValueError(f"{message}, got {bad}")
+    elif checked:
+        checkify.check(jnp.all((x >= 0) & (x < num)), f"{message}")
+
+
+def checked(fn: Callable) -> Callable:
+    """``fn`` with its value checks made functional: ``err, out = checked(fn)(*args)``;
+    ``err.throw()`` raises the first failed check (one line naming the argument)."""
+    return checkify.checkify(fn, errors=checkify.user_checks)
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def device_memory_bytes() -> int:
+    """Memory of the default device (its allocator limit), or host memory on CPU."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return int(stats.get("bytes_limit", host_memory_bytes()))
+
+
+def format_bytes(n: float) -> str:
+    """``11.8 GB``-style size (powers of 1000)."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    raise AssertionError
+
+
+def check_memory(name: str, nbytes: float, available: float, what: str = "memory") -> None:
+    """Raise ``ValueError`` (one line, with the estimate) if ``nbytes`` exceed ``available``."""
+    if nbytes > available:
+        raise ValueError(f"{name}: needs an estimated {format_bytes(nbytes)} of {what}, more "
+                         f"than the {format_bytes(available)} available")
 
 
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:

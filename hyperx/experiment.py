@@ -35,7 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hyperx._validation import check_positive, check_rank
+from hyperx._validation import (
+    check_int,
+    check_memory,
+    check_positive,
+    check_rank,
+    device_memory_bytes,
+    format_bytes,
+)
 from hyperx.bandits.base import BanditSpec, Learner, delayed
 from hyperx.envs.bandits import BanditEnv
 
@@ -69,7 +76,7 @@ def run_scan(
       chunk_size: steps per compiled call (default: all of them in one call).
       progress: called as ``progress(steps_done, num_steps)`` after each chunk.
     """
-    check_positive("num_steps", num_steps)
+    check_int("num_steps", num_steps)
     chunk = num_steps if chunk_size is None else min(chunk_size, num_steps)
     check_positive("chunk_size", chunk)
     num_chunks = math.ceil(num_steps / chunk)
@@ -177,10 +184,10 @@ class BanditResult(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _seed_keys(seed: Array, num_seeds: int) -> Array:
+def _seed_keys(seed: Array, num_seeds: int, first_seed: Array) -> Array:
     """Key of seed s: ``fold_in(PRNGKey(seed), s)``, whatever the number of seeds."""
     base = jax.random.PRNGKey(seed)
-    return jax.vmap(lambda s: jax.random.fold_in(base, s))(jnp.arange(num_seeds))
+    return jax.vmap(lambda s: jax.random.fold_in(base, s))(first_seed + jnp.arange(num_seeds))
 
 
 class _RunCarry(NamedTuple):
@@ -245,7 +252,7 @@ def run_bandit(
     num_seeds: int = 1, seed: int = 0, grid: Mapping[str, Any] | None = None,
     update_every: int = 1, checkpoints: Any = None, chunk_size: int | None = None,
     progress: Callable[[int, int], None] | None = None, devices: list[Any] | None = None,
-    group_size: int | str | None = "auto",
+    group_size: int | str | None = "auto", first_seed: int = 0,
 ) -> BanditResult:
     """Cumulative expected regret of ``learner`` on ``env`` for ``num_seeds`` seeds.
 
@@ -255,6 +262,8 @@ def run_bandit(
         traced scalars for each grid point (the points must give equal shapes).
       horizon: rounds T.
       num_seeds: seeds per grid point; seed s uses ``fold_in(PRNGKey(seed), s)``.
+      first_seed: run seeds ``first_seed .. first_seed + num_seeds - 1`` (to split one run's
+        seeds over several calls: the results equal those of one call).
       grid: hyper-parameter name -> (G,) values, vmapped with the seeds.
       update_every: B > 1 gives batched / delayed feedback (``hyperx.bandits.base.delayed``).
       checkpoints: increasing round counts in [1, T] to record (default ``log_grid(T)``).
@@ -269,10 +278,19 @@ def run_bandit(
         with large K d this is about twice as fast (benchmarks/bandit_throughput.py). Results
         do not depend on it (up to XLA's reduction order for a different batch shape, see the
         module docstring).
+
+    Before anything is allocated, the run state of one compiled pass (three times the state of
+    its runs: the compiled chunk's input, output and the update's temporaries) is checked
+    against the device's memory, and ``horizon`` against the int32 range of the step counter;
+    ``ValueError`` gives the estimate.
     """
-    check_positive("horizon", horizon)
-    check_positive("num_seeds", num_seeds)
-    check_positive("update_every", update_every)
+    check_int("horizon", horizon)
+    check_int("num_seeds", num_seeds)
+    check_int("first_seed", first_seed, low=0)
+    check_int("update_every", update_every)
+    if 1 < update_every >= horizon:
+        raise ValueError(f"update_every: expected < horizon = {horizon} (the learner would never "
+                         f"use a batch of {update_every} rounds), got {update_every}")
     if grid is None:
         if not isinstance(learner, Learner):
             raise TypeError("learner: expected a Learner (a factory needs a grid)")
@@ -298,12 +316,12 @@ def run_bandit(
 
     devices = jax.devices() if devices is None else list(devices)
     num_runs = num_points * num_seeds
-    seed_keys = _seed_keys(seed, num_seeds)
+    seed_keys = _seed_keys(seed, num_seeds, first_seed)
     all_keys = jnp.tile(seed_keys, (num_points, 1))
     all_hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds) for name, v in grid_values.items()}
+    run_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(
+        jax.eval_shape(init_runs, all_keys[:1], {k: v[:1] for k, v in all_hparams.items()})))
     if group_size == "auto":
-        run_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(
-            jax.eval_shape(init_runs, all_keys[:1], {k: v[:1] for k, v in all_hparams.items()})))
         group = max(1, CACHE_BYTES // max(run_bytes, 1))
     elif group_size is None:
         group = num_runs
@@ -313,6 +331,9 @@ def run_bandit(
         raise ValueError(f"group_size: expected a positive int, None or 'auto', got "
                          f"{group_size!r}")
     group = math.ceil(min(group, num_runs) / len(devices)) * len(devices)
+    check_memory(f"run state ({format_bytes(run_bytes)} per run, {group} runs per pass)",
+                 3 * group * run_bytes,
+                 device_memory_bytes() * len(devices), "device memory")
     num_groups = math.ceil(num_runs / group)
     pad = np.concatenate([np.arange(num_runs),
                           np.zeros(num_groups * group - num_runs, np.int64)])

@@ -60,9 +60,13 @@ import numpy as np
 
 from hyperx._validation import (
     check_choice,
+    check_finite,
     check_floating,
+    check_int,
+    check_memory,
     check_positive,
     check_shape,
+    host_memory_bytes,
 )
 from hyperx.index import INDEX_NAMES, make_index
 
@@ -111,20 +115,24 @@ class LinearModel(NamedTuple):
     sample: Callable[..., jax.Array]
 
 
-def _check_xy(dim: int, x, y) -> tuple[jax.Array, jax.Array]:
+def _check_xy(dim: int, x, y, checked: bool) -> tuple[jax.Array, jax.Array]:
     check_shape("x", x, (dim,), "(d,)")
     check_floating("x", x)
     check_shape("y", y, (), "()")
     check_floating("y", y)
+    check_finite("x", x, checked=checked)
+    check_finite("y", y, checked=checked)
     return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
 
 
-def _check_batch(dim: int, xs, ys, mask) -> tuple[jax.Array, jax.Array]:
+def _check_batch(dim: int, xs, ys, mask, checked: bool) -> tuple[jax.Array, jax.Array]:
     check_shape("X", xs, (None, dim), "(B, d)")
     check_floating("X", xs)
     n = np.shape(xs)[0]
     check_shape("Y", ys, (n,), "(B,)")
     check_floating("Y", ys)
+    check_finite("X", xs, checked=checked)
+    check_finite("Y", ys, checked=checked)
     xs, ys = jnp.asarray(xs, jnp.float32), jnp.asarray(ys, jnp.float32)
     if mask is None:
         return xs, ys
@@ -143,6 +151,9 @@ def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
     if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
         raise ValueError(f"dim: expected a positive int, got {dim!r}")
     check_positive("prior_var", prior_var)
+    # the float64 covariance and its float32 copy and Cholesky factor built below
+    check_memory(f"dim = {dim}", 16 * dim * dim, host_memory_bytes(),
+                 "memory for the d x d prior covariance")
     if prior_mean is None:
         mu0 = np.zeros(dim, np.float32)
     else:
@@ -204,7 +215,7 @@ def woodbury_step(sigma: jax.Array, xs: jax.Array, noise_var: float) -> Woodbury
 
 
 def gaussian_update(mu: jax.Array, sigma: jax.Array, x: jax.Array, y: jax.Array, *,
-                    noise_std: float) -> tuple[jax.Array, jax.Array]:
+                    noise_std: float, checked: bool = False) -> tuple[jax.Array, jax.Array]:
     """One exact Bayesian-linear-regression step (mu, Sigma) -> (mu', Sigma'), cost O(d^2).
 
     mu' = mu + k (y - x^T mu), Sigma' = Sigma - k x^T Sigma (kept symmetric bit for bit),
@@ -214,7 +225,7 @@ def gaussian_update(mu: jax.Array, sigma: jax.Array, x: jax.Array, y: jax.Array,
     check_shape("mu", mu, (None,), "(d,)")
     dim = np.shape(mu)[0]
     check_shape("sigma", sigma, (dim, dim), "(d, d)")
-    x, y = _check_xy(dim, x, y)
+    x, y = _check_xy(dim, x, y, checked)
     k, sigma = _kalman(sigma, x, noise_std**2)
     return mu + k * (y - x @ mu), sigma
 
@@ -226,8 +237,16 @@ def _check_common(index_dim: int, noise_std: float, index: str) -> None:
     check_choice("index", index, INDEX_NAMES)
 
 
+def _sample_shape(shape: Shape) -> tuple[int, ...]:
+    """``shape`` as a tuple of non-negative ints (one-line error otherwise)."""
+    dims = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    for n in dims:
+        check_int("shape", n, low=0)
+    return dims
+
+
 def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prior_mean,
-              prior_cov, index: str, recompute: bool) -> LinearModel:
+              prior_cov, index: str, recompute: bool, checked: bool) -> LinearModel:
     _check_common(index_dim, noise_std, index)
     mu0, cov0, chol0 = _prior(dim, prior_var, prior_mean, prior_cov)
     noise_var = noise_std**2
@@ -245,7 +264,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
         return RecomputeState(mu, sigma, a0, p0)
 
     def update(state, key: jax.Array, x: jax.Array, y: jax.Array):
-        x, y = _check_xy(dim, x, y)
+        x, y = _check_xy(dim, x, y, checked)
         u = perturbation(key)
         k, sigma = _kalman(state.sigma, x, noise_var)
         mu = state.mu + k * (y - x @ state.mu)
@@ -257,7 +276,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
 
     def update_batch(state, key: jax.Array, xs: jax.Array, ys: jax.Array,
                      mask: jax.Array | None = None):
-        xs, ys = _check_batch(dim, xs, ys, mask)
+        xs, ys = _check_batch(dim, xs, ys, mask, checked)
         if xs.shape[0] == 0:
             return state
         us = jax.vmap(perturbation)(jax.random.split(key, xs.shape[0]))
@@ -270,7 +289,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
         return RecomputeState(mu, sigma, sigma @ p, p)
 
     def sample(state, key: jax.Array, shape: Shape = ()) -> jax.Array:
-        zeta = zeta_scale * sampler.sample(key, shape)
+        zeta = zeta_scale * sampler.sample(key, _sample_shape(shape))
         return state.mu + jnp.einsum("ij,...j->...i", state.factor, zeta)
 
     return LinearModel(init, update, update_batch, sample)
@@ -278,7 +297,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
 
 def ensemble_pp(dim: int, index_dim: int, *, noise_std: float, prior_var: float = 1.0,
                 prior_mean: jax.Array | None = None, prior_cov: jax.Array | None = None,
-                index: str = "gaussian") -> LinearModel:
+                index: str = "gaussian", checked: bool = False) -> LinearModel:
     """Linear Ensemble++ with the incremental Kalman-form factor update (arXiv:2407.13195).
 
     State :class:`EnsemblePPState` (mu, sigma, factor A). Costs: init O(d^2 M) (A_0 = L B_0
@@ -295,15 +314,21 @@ def ensemble_pp(dim: int, index_dim: int, *, noise_std: float, prior_var: float 
       prior_cov: optional full prior covariance Sigma_0 (d, d), symmetric positive definite.
       index: sampling index family (:data:`hyperx.index.INDEX_NAMES`); it is rescaled to
         zeta = xi / sqrt(c) so that E[zeta zeta^T] = I.
+      checked: also check traced x, y for NaN / inf (run the jitted code under
+        :func:`hyperx.checked`). Concrete (host) x, y are always checked.
+
+    Non-finite data: a NaN or inf x or y given from the host raises ``ValueError`` naming it.
+    Inside ``jit`` / ``scan`` it is not checked by default, and one such observation makes
+    mu, Sigma and A NaN for good; pass ``checked=True`` to have it reported.
     """
     return _ensemble(dim, index_dim, noise_std, prior_var, prior_mean, prior_cov, index,
-                     recompute=False)
+                     recompute=False, checked=checked)
 
 
 def ensemble_pp_recompute(dim: int, index_dim: int, *, noise_std: float,
                           prior_var: float = 1.0, prior_mean: jax.Array | None = None,
                           prior_cov: jax.Array | None = None,
-                          index: str = "gaussian") -> LinearModel:
+                          index: str = "gaussian", checked: bool = False) -> LinearModel:
     """The reference code's Ensemble++: A_t = Sigma_t P_t recomputed at O(d^2 M) per update.
 
     P_t = Sigma_0^{-1} A_0 + sigma^{-1} sum_s x_s u_s^T. Same arguments, keys and
@@ -311,12 +336,12 @@ def ensemble_pp_recompute(dim: int, index_dim: int, *, noise_std: float,
     :class:`RecomputeState`. For tests and benchmarks only.
     """
     return _ensemble(dim, index_dim, noise_std, prior_var, prior_mean, prior_cov, index,
-                     recompute=True)
+                     recompute=True, checked=checked)
 
 
 def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
                     prior_mean: jax.Array | None = None,
-                    prior_cov: jax.Array | None = None) -> LinearModel:
+                    prior_cov: jax.Array | None = None, checked: bool = False) -> LinearModel:
     """Exact posterior with a maintained square-root factor, for exact Thompson sampling.
 
     State :class:`ExactPosteriorState` (mu, sigma, sqrt_cov S with Sigma = S S^T; S starts as
@@ -324,7 +349,8 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
     ``update`` O(d^2) (Sherman-Morrison step for Sigma plus Potter step for S);
     ``update_batch`` O(B d^2) as a scan of rank-one steps; ``sample`` O(d^2) per draw
     (theta = mu + S z, z ~ N(0, I)). The keys of ``init`` and the updates are unused
-    (accepted for a uniform interface).
+    (accepted for a uniform interface). Non-finite data and ``checked``: as
+    :func:`ensemble_pp`.
     """
     check_positive("noise_std", noise_std)
     mu0, cov0, chol0 = _prior(dim, prior_var, prior_mean, prior_cov)
@@ -346,17 +372,16 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
     def update(state: ExactPosteriorState, key: jax.Array, x: jax.Array,
                y: jax.Array) -> ExactPosteriorState:
         del key
-        return step(state, *_check_xy(dim, x, y))
+        return step(state, *_check_xy(dim, x, y, checked))
 
     def update_batch(state: ExactPosteriorState, key: jax.Array, xs: jax.Array, ys: jax.Array,
                      mask: jax.Array | None = None) -> ExactPosteriorState:
         del key
-        xs, ys = _check_batch(dim, xs, ys, mask)
+        xs, ys = _check_batch(dim, xs, ys, mask, checked)
         return jax.lax.scan(lambda s, xy: (step(s, *xy), None), state, (xs, ys))[0]
 
     def sample(state: ExactPosteriorState, key: jax.Array, shape: Shape = ()) -> jax.Array:
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        z = jax.random.normal(key, (*shape, dim), jnp.float32)
+        z = jax.random.normal(key, (*_sample_shape(shape), dim), jnp.float32)
         return state.mu + jnp.einsum("ij,...j->...i", state.sqrt_cov, z)
 
     return LinearModel(init, update, update_batch, sample)

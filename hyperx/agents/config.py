@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hyperx._validation import check_choice, check_positive
+from hyperx._validation import check_choice, check_int, check_positive, check_range
 from hyperx.index import INDEX_NAMES
 
 HEADS = ("hypermodel", "epinet")
@@ -104,15 +104,22 @@ class AgentConfig:
         check_choice("target_index", self.target_index, TARGET_INDEX_MODES)
         for name in ("index_dim", "num_indices", "n_step", "batch_size", "updates_per_step",
                      "update_every", "target_update_period", "buffer_size", "ois_num_indices"):
-            check_positive(name, getattr(self, name))
-        for name in ("sigma", "beta", "l2", "learning_starts", "epsilon_decay_steps"):
+            check_int(name, getattr(self, name))
+        for name in ("learning_starts", "epsilon_decay_steps"):
+            check_int(name, getattr(self, name), low=0)
+        for width in (*self.torso_widths, *self.epinet_hiddens):
+            check_int("torso_widths / epinet_hiddens", width)
+        for name in ("sigma", "beta", "l2", "prior_std", "prior_scale"):
             check_positive(name, getattr(self, name), allow_zero=True)
+        for name in ("learning_rate", "adam_eps", "posterior_scale"):
+            check_positive(name, getattr(self, name))
+        for name in ("max_grad_norm", "bias_coef"):
+            if getattr(self, name) is not None:
+                check_positive(name, getattr(self, name))
         for name in ("gamma", "redraw_prob", "epsilon_start", "epsilon_end"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}: expected a value in [0, 1], got {getattr(self, name)}")
-        if self.ois_quantile is not None and not 0.0 <= self.ois_quantile <= 1.0:
-            raise ValueError(f"ois_quantile: expected None or a value in [0, 1], "
-                             f"got {self.ois_quantile}")
+            check_range(name, getattr(self, name), 0.0, 1.0)
+        if self.ois_quantile is not None:
+            check_range("ois_quantile", self.ois_quantile, 0.0, 1.0)
         if self.head == "epinet" and (self.beta > 0 or self.l2 > 0):
             raise ValueError("beta, l2: the epinet head has no generated layer to regularise; "
                              "expected beta = l2 = 0")

@@ -21,10 +21,19 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hyperx._validation import check_positive, check_rank, check_shape
+from hyperx._validation import check_finite, check_positive, check_rank, check_shape
 
 Array = jax.Array
 LearnerState = Any
+
+
+def check_feedback(context, reward) -> None:
+    """Raise ``ValueError`` naming ``context`` or ``reward`` when a concrete (host) value is
+    NaN or inf. Traced values (inside ``jit``/``scan``) are not checked: there a non-finite
+    reward propagates into the learner's state (see :func:`hyperx.checked` for a checked run).
+    """
+    check_finite("context", context)
+    check_finite("reward", reward)
 
 
 class BanditSpec(NamedTuple):
@@ -129,6 +138,7 @@ def delayed(learner: Learner, batch_size: int) -> Learner:
     def update(state: DelayedState, key: Array, context: Array, arm: Array,
                reward: Array) -> DelayedState:
         check_shape("context", context, (state.contexts.shape[1],), "(d,)")
+        check_feedback(context, reward)
         i = state.count
         state = state._replace(
             contexts=state.contexts.at[i].set(context),

@@ -27,8 +27,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hyperx._validation import check_choice, check_positive, check_shape
-from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak
+from hyperx._validation import check_choice, check_index, check_positive, check_range, check_shape
+from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak, check_feedback
 
 Array = jax.Array
 
@@ -99,8 +99,8 @@ def epsilon_greedy(
       ridge: lambda > 0, the ridge penalty (prior precision).
     """
     check_choice("mean", mean, ("ridge", "per_arm"))
-    if _is_static(epsilon) and not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon: expected a probability in [0, 1], got {epsilon}")
+    if _is_static(epsilon):
+        check_range("epsilon", epsilon, 0.0, 1.0)
     if _is_static(ridge):
         check_positive("ridge", ridge)
 
@@ -122,7 +122,9 @@ def epsilon_greedy(
             return choose(key, state.sums / (state.counts + ridge))
 
         def update(state, key, context, arm, reward) -> PerArmState:
-            del key, context
+            del key
+            check_feedback(context, reward)
+            check_index("arm", arm, state.sums.shape[0])
             return PerArmState(state.sums.at[arm].add(reward), state.counts.at[arm].add(1.0))
 
         def update_batch(state, key, contexts, arms, rewards) -> PerArmState:
@@ -144,6 +146,7 @@ def epsilon_greedy(
     def update(state, key, context, arm, reward) -> RidgeState:
         del key, arm
         check_shape("context", context, state.theta.shape, "(d,)")
+        check_feedback(context, reward)
         return _ridge_update(state, context, reward)
 
     def update_batch(state, key, contexts, arms, rewards) -> RidgeState:

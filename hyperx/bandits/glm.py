@@ -31,6 +31,7 @@ from hyperx.bandits.base import (
     BanditSpec,
     Learner,
     argmax_random_tiebreak,
+    check_feedback,
     sequential_update_batch,
 )
 
@@ -84,6 +85,7 @@ def logistic_ts(*, prior_var: float = 10.0) -> Learner:
                reward: Array) -> LaplaceState:
         del key, arm
         check_shape("context", context, state.mean.shape, "(d,)")
+        check_feedback(context, reward)
         return laplace_step(state, jnp.asarray(context, jnp.float32),
                             jnp.asarray(reward, jnp.float32))
 

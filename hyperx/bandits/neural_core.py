@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from hyperx._validation import check_positive, check_shape
-from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak
+from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak, check_feedback
 from hyperx.heads import trainable_params, with_params
 from hyperx.index import make_index
 from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
@@ -177,6 +177,7 @@ def make_neural_learner(model: NeuralModel, config: NeuralConfig) -> Learner:
         del arm
         check_shape("context", context, (context_dim(state),), "(d,)")
         check_shape("reward", reward, (), "()")
+        check_feedback(context, reward)
         k_z, k_train = jax.random.split(key)
         context = context.astype(jnp.float32)
         z = make_index("sphere", model.perturbation_dim).sample(k_z)

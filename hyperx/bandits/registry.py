@@ -17,6 +17,7 @@ On the command line: ``--agents exact_ts,ensemble_pp:M=16:index=sphere,linucb:al
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -88,16 +89,23 @@ LEARNERS.update({name: _neural(name) for name in neural.NEURAL_LEARNERS})
 
 
 def parse_value(text: str) -> int | float | bool | str:
-    """``"16"`` -> 16, ``"0.1"`` -> 0.1, ``"true"``/``"false"`` -> bool, anything else: str."""
+    """``"16"`` -> 16, ``"1e6"`` -> 1000000 (integral, in exponent notation), ``"0.1"`` -> 0.1,
+    ``"true"``/``"false"`` -> bool, anything else: str (``"nan"`` and ``"inf"`` are floats,
+    which the learners' range checks then reject)."""
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if "e" in lowered and math.isfinite(number) and number == int(number) and "." not in text:
+        return int(number)
+    return number
 
 
 def parse_agent(text: str) -> tuple[str, dict[str, Any]]:
@@ -133,13 +141,40 @@ def split_agents(text: str) -> list[str]:
     return agents
 
 
+def _check_option(agent: str, key: str, value: Any, default: Any) -> None:
+    """The option's value must have its default's type (an int where an int is expected;
+    a float option also takes an int)."""
+    kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
+    expected = kinds.get(type(default))
+    if expected is None:
+        return
+    if (isinstance(value, bool) and type(default) is not bool) or not isinstance(value, expected):
+        want = {bool: "true or false", int: "an integer", float: "a number",
+                str: "a string"}[type(default)]
+        raise ValueError(f"agent {agent!r}: option {key}: expected {want}, got {value!r}")
+
+
 def make_learner(name: str, spec: BanditSpec, options: dict[str, Any]) -> Learner:
-    """Build learner ``name`` for ``spec`` with ``options`` (validated against the factory)."""
+    """Build learner ``name`` for ``spec`` with ``options`` (validated against the factory:
+    known names, the defaults' types, then the factory's own range checks)."""
     if name not in LEARNERS:
         raise ValueError(f"agent: expected one of {sorted(LEARNERS)}, got {name!r}")
     factory = LEARNERS[name]
-    accepted = list(inspect.signature(factory).parameters)[1:]
-    unknown = sorted(set(options) - set(accepted))
+    parameters = dict(list(inspect.signature(factory).parameters.items())[1:])
+    unknown = sorted(set(options) - set(parameters))
     if unknown:
-        raise ValueError(f"agent {name!r}: unknown option(s) {unknown}; accepted: {accepted}")
+        raise ValueError(f"agent {name!r}: unknown option(s) {unknown}; "
+                         f"accepted: {list(parameters)}")
+    for key, value in options.items():
+        _check_option(name, key, value, parameters[key].default)
     return factory(spec, **options)
+
+
+def describe_learners() -> str:
+    """One line per learner: its name and its options with their defaults."""
+    lines = []
+    for name, factory in LEARNERS.items():
+        parameters = list(inspect.signature(factory).parameters.values())[1:]
+        options = ", ".join(f"{p.name}={p.default}" for p in parameters) or "(no options)"
+        lines.append(f"{name:<24} {options}")
+    return "\n".join(lines)

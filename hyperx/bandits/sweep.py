@@ -8,29 +8,36 @@ Example::
 ``--env`` is ``linear`` (alias of ``russo``, Russo & Van Roy's finite-arm game) or any name of
 :func:`hyperx.envs.bandits.make_bandit_env`; ``--dim`` and ``--arms`` go to the game (each
 game's defaults when omitted). ``--agents`` is a comma-separated list of
-``NAME[:KEY=VALUE,...]`` (names and options: :mod:`hyperx.bandits.registry`); the same name may
-appear with different options. ``--update-every B`` gives batched / delayed feedback. Every
-agent runs all seeds in one compiled, vmapped ``lax.scan`` (:func:`hyperx.experiment.run_bandit`)
-with common random numbers: seed s draws the same game instance for every agent.
+``NAME[:KEY=VALUE,...]`` (names and options: :mod:`hyperx.bandits.registry`, or
+``hyperx bandit --list-agents``); the same name may appear with different options.
+``--update-every B`` gives batched / delayed feedback. Every agent runs all seeds in compiled,
+vmapped ``lax.scan`` calls (:func:`hyperx.experiment.run_bandit`) with common random numbers:
+seed s draws the same game instance for every agent.
 
-Writes to ``--out``:
+Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
 
+- ``parts/``: one CSV per agent and block of ``--seeds-per-part`` seeds, each written as soon
+  as it is computed; ``--resume`` skips the parts already there;
 - ``regret.csv``: tidy rows ``agent, config, seed, t, regret`` (cumulative expected regret after
-  t rounds, at about ``--points`` log-spaced t ending at the horizon);
+  t rounds, at about ``--points`` log-spaced t ending at the horizon), joined from the parts;
 - ``summary.json``: the run's settings and, per agent, the final regret's mean, standard
   deviation and 95% interval (mean +- 1.96 sd / sqrt(seeds)), compile and run wall time,
   rounds per second and seed-rounds per second, and the config;
 - ``regret.png``: mean cumulative regret with the 95% band against t, one line per agent.
 
-Bad arguments print one line ``hyperx: error: ...`` on stderr and exit with status 2.
+The summary and plot are rebuilt from what is on disk. Bad arguments print one line
+``hyperx: error: ...`` on stderr and exit with status 2; Ctrl-C stops after writing the
+finished parts and says how to resume (exit status 130).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -39,12 +46,45 @@ from typing import Any
 
 import numpy as np
 
-from hyperx._argparse import OneLineParser, fail, positive_int
+from hyperx._argparse import (
+    OneLineParser,
+    add_run_dir_options,
+    fail,
+    interrupted,
+    positive_int,
+)
+from hyperx._rundir import prepare_out, write_atomic, write_manifest
+from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes
 from hyperx.bandits.base import BanditSpec
-from hyperx.bandits.registry import LEARNERS, make_learner, parse_agent, split_agents
+from hyperx.bandits.registry import (
+    LEARNERS,
+    describe_learners,
+    make_learner,
+    parse_agent,
+    split_agents,
+)
 
 ENV_ALIASES = {"linear": "russo"}
 CSV_COLUMNS = ("agent", "config", "seed", "t", "regret")
+OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png")
+SETTINGS = ("env", "dim", "arms", "steps", "seeds", "seed", "agents", "update_every", "points",
+            "seeds_per_part")
+CSV_ROW_BYTES = 48
+"""Upper estimate of one ``regret.csv`` row's size, for the disk-space check."""
+
+DESCRIPTION = ("Regret sweep of bandit learners on one game over many seeds: writes "
+               "regret.csv, summary.json and regret.png to --out.")
+
+
+class _ListAgents(argparse.Action):
+    """``--list-agents``: print every learner with its options and defaults, then exit."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(describe_learners())
+        parser.exit()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,18 +93,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     envs = ", ".join(["linear", *bandit_env_names()])
     parser.add_argument("--env", default="linear", help=f"game: {envs}")
-    parser.add_argument("--dim", type=int, default=None, help="feature dimension d")
-    parser.add_argument("--arms", type=int, default=None, help="arms per round K (>= 2)")
+    parser.add_argument("--dim", type=positive_int, default=None,
+                        help="feature dimension d (default: the game's)")
+    parser.add_argument("--arms", type=int, default=None,
+                        help="arms per round K >= 2 (default: the game's)")
     parser.add_argument("--steps", type=positive_int, default=500, help="horizon T")
     parser.add_argument("--seeds", type=positive_int, default=64, help="seeds per agent")
     parser.add_argument("--seed", type=int, default=0, help="base seed")
     parser.add_argument("--agents", default="exact_ts,linucb,ensemble_pp",
-                        help="NAME[:KEY=VALUE,...] list; names: " + ", ".join(LEARNERS))
+                        help="NAME[:KEY=VALUE,...] list (see --list-agents); names: "
+                             + ", ".join(LEARNERS))
+    parser.add_argument("--list-agents", action=_ListAgents,
+                        help="list every agent with its options and defaults, and exit")
     parser.add_argument("--update-every", type=positive_int, default=1,
-                        help="B: batched / delayed feedback every B rounds")
+                        help="B: batched / delayed feedback every B rounds (B < T)")
     parser.add_argument("--points", type=positive_int, default=50,
                         help="about this many log-spaced checkpoints t")
+    parser.add_argument("--seeds-per-part", type=positive_int, default=500,
+                        help="seeds per results file in OUT/parts (written as each finishes)")
     parser.add_argument("--out", required=True, help="output directory")
+    add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
 
 
@@ -72,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``bandit`` subcommand to a ``hyperx`` subparsers object; returns its parser."""
     parser = subparsers.add_parser(
         "bandit", help="regret sweep of bandit learners over many seeds",
-        description=__doc__.splitlines()[0])
+        description=DESCRIPTION)
     add_arguments(parser)
     parser.set_defaults(func=run_from_args)
     return parser
@@ -80,7 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hyperx bandit`` with ``argv`` (the arguments after ``bandit``)."""
-    parser = OneLineParser(prog="hyperx bandit", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="hyperx bandit", description=DESCRIPTION)
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 
@@ -93,8 +141,6 @@ def _make_env(args: argparse.Namespace):
         fail(f"--env: expected one of {['linear', *bandit_env_names()]}, got {args.env!r}")
     if args.arms is not None and args.arms < 2:
         fail(f"--arms: expected >= 2 arms, got {args.arms}")
-    if args.dim is not None and args.dim <= 0:
-        fail(f"--dim: expected a positive integer, got {args.dim}")
     kwargs = {k: v for k, v in (("dim", args.dim), ("num_arms", args.arms)) if v is not None}
     try:
         return make_bandit_env(name, **kwargs)
@@ -132,60 +178,143 @@ def _interval(final: np.ndarray) -> dict[str, Any]:
     return {"mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
 
 
+def _check_sizes(args: argparse.Namespace, num_agents: int, num_points: int) -> None:
+    """Fail in one line when the outputs cannot fit (memory for the regret table, disk for
+    the CSV and its parts) or the seed ids leave the int32 range, before any work."""
+    if args.seed < 0 or args.seed + args.seeds > INT32_MAX:
+        fail(f"--seed, --seeds: expected seed ids in [0, {INT32_MAX}], got {args.seed} .. "
+             f"{args.seed + args.seeds - 1}")
+    rows = num_agents * args.seeds * num_points
+    disk = Path(args.out).absolute()
+    while not disk.exists():
+        disk = disk.parent
+    try:
+        check_memory(f"--seeds {args.seeds}", rows * 8, host_memory_bytes(),
+                     f"memory for the regret table ({rows:,} values)")
+        check_memory(f"--seeds {args.seeds}", rows * 2 * CSV_ROW_BYTES,
+                     shutil.disk_usage(disk).free, "disk for regret.csv and its parts")
+    except ValueError as err:
+        fail(str(err))
+
+
+def _part_path(out: Path, index: int, start: int, stop: int) -> Path:
+    return out / "parts" / f"agent{index:02d}_seeds{start:09d}-{stop - 1:09d}.csv"
+
+
+def _write_part(path: Path, name: str, config: str, start: int, t: np.ndarray,
+                regret: np.ndarray, timing: dict[str, Any]) -> None:
+    """The rows of one agent's block of seeds, then its timings (the CSV marks it done)."""
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(CSV_COLUMNS)
+    for s, c in np.ndindex(regret.shape):
+        writer.writerow((name, config, start + s, int(t[c]), float(regret[s, c])))
+    write_atomic(path.with_suffix(".json"), json.dumps(timing) + "\n")
+    write_atomic(path, text.getvalue())
+
+
+def _read_parts(paths: list[Path]) -> tuple[list[list[str]], np.ndarray, dict[str, float]]:
+    """Rows, the (S, C) regret and the summed timings of one agent's parts."""
+    rows: list[list[str]] = []
+    timing: dict[str, float] = {}
+    for path in paths:
+        with open(path, newline="") as f:
+            rows.extend(list(csv.reader(f))[1:])
+        for key, value in json.loads(path.with_suffix(".json").read_text()).items():
+            timing[key] = (max if key == "group_size" else sum)((timing.get(key, 0), value))
+    seeds = sorted({int(r[2]) for r in rows})
+    regret = np.array([float(r[4]) for r in rows]).reshape(len(seeds), -1)
+    return rows, regret, timing
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
     from hyperx.experiment import log_grid, run_bandit
 
     env = _make_env(args)
+    if 1 < args.update_every >= args.steps:
+        fail(f"--update-every: expected < --steps = {args.steps} (the learners would never "
+             f"learn from a batch of {args.update_every} rounds), got {args.update_every}")
     spec = BanditSpec.from_env(env, args.steps)
     agents = _build_agents(args.agents, spec)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     checkpoints = log_grid(args.steps, args.points)
-
-    rows: list[tuple[Any, ...]] = []
-    summary: dict[str, Any] = {
-        "env": args.env, "env_name": env.name, "dim": env.context_dim, "arms": env.num_arms,
-        "fixed_arms": env.fixed_arms, "steps": args.steps, "seeds": args.seeds,
-        "seed": args.seed, "update_every": args.update_every, "agents": {},
-    }
-    curves: dict[str, np.ndarray] = {}
-    for name, config, options, learner in _progress(agents, args.quiet):
-        start = time.perf_counter()
-        result = run_bandit(env, learner, horizon=args.steps, num_seeds=args.seeds,
-                            seed=args.seed, update_every=args.update_every,
-                            checkpoints=checkpoints)
-        elapsed = time.perf_counter() - start
-        label = f"{name}:{config}" if config else name
-        curves[label] = result.regret
-        for s, c in np.ndindex(result.regret.shape):
-            rows.append((name, config, s, int(result.t[c]), float(result.regret[s, c])))
-        summary["agents"][label] = {
-            "agent": name, "config": options, "final_regret": _interval(result.final_regret),
-            "wall_time_s": elapsed, "compile_time_s": result.compile_time_s,
-            "run_time_s": result.wall_time_s, "steps_per_s": result.steps_per_s,
-            "seed_steps_per_s": result.run_steps_per_s, "group_size": result.group_size,
-        }
-
-    with open(out / "regret.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_COLUMNS)
-        writer.writerows(rows)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    plot_regret(checkpoints, curves, out / "regret.png",
-                title=f"{env.name}: d={env.context_dim}, K={env.num_arms}, {args.seeds} seeds")
+    _check_sizes(args, len(agents), checkpoints.size)
+    settings = {key: getattr(args, key) for key in SETTINGS}
+    out, _ = prepare_out(args.out, "bandit", settings, resume=args.resume,
+                         overwrite=args.overwrite, outputs=OUTPUTS)
+    (out / "parts").mkdir(exist_ok=True)
+    blocks = [(i, start, min(start + args.seeds_per_part, args.seeds))
+              for i in range(len(agents)) for start in range(0, args.seeds, args.seeds_per_part)]
+    todo = [b for b in blocks if not _part_path(out, *b).exists()]
+    try:
+        for i, start, stop in _progress(todo, args.quiet):
+            name, config, _, learner = agents[i]
+            begin = time.perf_counter()
+            try:
+                result = run_bandit(env, learner, horizon=args.steps, num_seeds=stop - start,
+                                    first_seed=start, seed=args.seed,
+                                    update_every=args.update_every, checkpoints=checkpoints)
+            except ValueError as err:
+                fail(f"--agents {name}{':' + config if config else ''}: {err}")
+            timing = {"wall_time_s": time.perf_counter() - begin,
+                      "compile_time_s": result.compile_time_s, "run_time_s": result.wall_time_s,
+                      "seed_rounds": args.steps * (stop - start),
+                      "group_size": result.group_size}
+            _write_part(_part_path(out, i, start, stop), name, config, start, result.t,
+                        result.regret, timing)
+    except KeyboardInterrupt:
+        done = sum(_part_path(out, *b).exists() for b in blocks)
+        interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
+                    "with --resume to finish")
+    summary = _write_outputs(out, args, env, agents, checkpoints, blocks)
+    write_manifest(out, "bandit", settings, complete=True)
     if not args.quiet:
         print(format_table(summary))
         print(f"wrote {out}/regret.csv, summary.json, regret.png")
     return 0
 
 
-def _progress(agents: list, quiet: bool):
+def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
+                   checkpoints: np.ndarray, blocks: list[tuple[int, int, int]]
+                   ) -> dict[str, Any]:
+    """Join the parts on disk into regret.csv, summary.json and regret.png."""
+    summary: dict[str, Any] = {
+        "env": args.env, "env_name": env.name, "dim": env.context_dim, "arms": env.num_arms,
+        "fixed_arms": env.fixed_arms, "steps": args.steps, "seeds": args.seeds,
+        "seed": args.seed, "update_every": args.update_every, "agents": {},
+    }
+    curves: dict[str, np.ndarray] = {}
+    tmp = out / ".regret.csv.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        for i, (name, config, options, _) in enumerate(agents):
+            rows, regret, timing = _read_parts([_part_path(out, *b) for b in blocks if b[0] == i])
+            writer.writerows(rows)
+            label = f"{name}:{config}" if config else name
+            curves[label] = regret
+            run_time = timing["run_time_s"]
+            summary["agents"][label] = {
+                "agent": name, "config": options, "final_regret": _interval(regret[:, -1]),
+                "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
+                "run_time_s": run_time,
+                "steps_per_s": args.steps * len(blocks) / len(agents) / run_time,
+                "seed_steps_per_s": timing["seed_rounds"] / run_time,
+                "group_size": int(timing["group_size"]),
+            }
+    tmp.replace(out / "regret.csv")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    plot_regret(checkpoints, curves, out / "regret.png",
+                title=f"{env.name}: d={env.context_dim}, K={env.num_arms}, {args.seeds} seeds")
+    return summary
+
+
+def _progress(items: list, quiet: bool):
     try:
         from tqdm import tqdm
     except ImportError:
-        return agents
-    return tqdm(agents, desc="agents", disable=quiet, file=sys.stderr)
+        return items
+    return tqdm(items, desc="agents x seed parts", disable=quiet, file=sys.stderr)
 
 
 def format_table(summary: dict[str, Any]) -> str:

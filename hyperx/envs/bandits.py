@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_choice, check_positive, check_rank
+from hyperx._validation import check_choice, check_int, check_positive, check_rank
 
 Array = jax.Array
 EnvState = Any
@@ -100,9 +100,8 @@ def _bernoulli_reward(env_state: EnvState, key: Array, round_: Round, arm: Array
 
 
 def _check_sizes(num_arms: int, dim: int) -> None:
-    if num_arms < 2:
-        raise ValueError(f"num_arms: expected >= 2 arms, got {num_arms}")
-    check_positive("dim", dim)
+    check_int("num_arms", num_arms, low=2)
+    check_int("dim", dim)
 
 
 def _uniform_arms(key: Array, num_arms: int, dim: int, bound: float) -> Array:
@@ -179,6 +178,7 @@ def _pool_game(
 ) -> BanditEnv:
     """Arms offered each round: ``num_arms`` of a per-seed pool of unit-sphere candidates."""
     _check_sizes(num_arms, dim)
+    check_int("num_candidates", num_candidates, low=2)
     if num_candidates < num_arms:
         raise ValueError(
             f"num_candidates: expected >= num_arms = {num_arms}, got {num_candidates}")
@@ -204,6 +204,7 @@ def quadratic(
 ) -> BanditEnv:
     """Quadratic game: mu(x) = scale * x^T G G^T x, G_ij ~ N(0, 1), Gaussian reward noise."""
     check_positive("noise_std", noise_std, allow_zero=True)
+    check_positive("scale", scale)
 
     def mean_fn(key: Array, pool: Array) -> Array:
         g = jax.random.normal(key, (dim, dim), jnp.float32)

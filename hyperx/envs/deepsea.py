@@ -29,9 +29,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_integer, check_positive, check_rank, check_shape
+from hyperx._validation import (
+    check_index,
+    check_int,
+    check_integer,
+    check_positive,
+    check_rank,
+    check_shape,
+)
 
 BSUITE_MAPPING_SEED = 42
+MAX_MAPPING_SEED = 2**32 - 1
 BSUITE_MOVE_COST = 0.01
 
 
@@ -74,8 +82,11 @@ class Step(NamedTuple):
 
 
 def bsuite_mapping(size: int, seed: int = BSUITE_MAPPING_SEED) -> np.ndarray:
-    """bsuite's action mapping for ``DeepSea(size, mapping_seed=seed)``, as int32 (N, N)."""
-    check_positive("size", size)
+    """bsuite's action mapping for ``DeepSea(size, mapping_seed=seed)``, as int32 (N, N).
+
+    ``seed`` is a NumPy ``RandomState`` seed, an int in [0, 2**32 - 1]."""
+    check_int("size", size)
+    check_int("mapping_seed", seed, low=0, high=MAX_MAPPING_SEED)
     return np.random.RandomState(seed).binomial(1, 0.5, (size, size)).astype(np.int32)
 
 
@@ -110,9 +121,12 @@ def step(params: EnvParams, state: EnvState, action) -> Step:
     """One bsuite DeepSea step from a non-terminal ``state`` (see the module docstring).
 
     The returned state is the true successor; after ``done`` call :func:`auto_reset`.
+    A concrete ``action`` outside {0, 1} raises ``ValueError`` (inside ``jit`` it is not
+    checked, and any action other than the mapped one means "left").
     """
     check_shape("action", action, ())
     check_integer("action", action)
+    check_index("action", action, 2)
     n = params.size
     row = jnp.minimum(state.row, n - 1)
     right = jnp.asarray(action, jnp.int32) == params.action_mapping[row, state.column]

@@ -1,0 +1,130 @@
+"""Output directories of the ``hyperx`` commands: checked before any work, resumable.
+
+A run's directory holds ``run.json`` (the command and its settings, and ``complete`` once the
+run has finished) beside its outputs. :func:`prepare_out` is called before anything is
+computed:
+
+- ``--out`` must be a directory path that can be created and written;
+- an empty or new directory starts a fresh run; so does the directory of an earlier run with
+  the same settings (its outputs are replaced) unless ``--resume`` continues it;
+- a directory holding a different run, or files that are not a hyperx run, is refused unless
+  ``--overwrite`` (which removes the files this command writes, and only those) is given;
+  ``--resume`` into a different run names the first differing option and both values.
+
+Outputs are written with :func:`write_atomic` (a temporary file renamed into place), so an
+interrupted write never leaves a truncated file under its final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from hyperx._argparse import fail
+
+MANIFEST = "run.json"
+
+
+def first_difference(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """``"key: A (saved) vs B (now)"`` for the first key whose values differ, or ``None``."""
+    for key in sorted(set(saved) | set(current)):
+        if saved.get(key) != current.get(key):
+            return f"{key}: {saved.get(key)!r} (saved) vs {current.get(key)!r} (now)"
+    return None
+
+
+def _option(difference: str) -> str:
+    key, _, rest = difference.partition(":")
+    return f"--{key.replace('_', '-')}{':' if rest else ''}{rest}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The run description in ``out``, or ``None`` when there is none."""
+    try:
+        return json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_manifest(out: Path, command: str, settings: dict[str, Any], *,
+                   complete: bool = False) -> None:
+    """Record ``command`` and ``settings`` (and whether the run finished) in ``out``."""
+    write_atomic(out / MANIFEST, json.dumps(
+        {"command": command, "settings": settings, "complete": complete}, indent=2) + "\n")
+
+
+def _remove(out: Path, names: Iterable[str]) -> None:
+    for name in [*names, MANIFEST]:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: bool,
+                overwrite: bool, outputs: Iterable[str]) -> tuple[Path, dict[str, Any] | None]:
+    """Check and claim ``--out`` before any work (module docstring).
+
+    Args:
+      out: the ``--out`` argument.
+      command: the subcommand (``"bandit"``, ``"deepsea"``).
+      settings: the options that define the run (JSON values); a resumed run must match them.
+      resume, overwrite: the ``--resume`` / ``--overwrite`` flags.
+      outputs: the file and folder names the command writes (removed on a fresh start).
+
+    Returns the directory and, when resuming, the manifest found there (else ``None``). Exits
+    with a one-line ``hyperx: error: ...`` (status 2) when the directory cannot be used.
+    """
+    outputs = list(outputs)
+    if not out.strip():
+        fail(f"--out: expected a directory path, got {out!r}")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        fail(f"--out: {out!r} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        fail(f"--out: cannot create directory {out!r}: {err.strerror or err}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        fail(f"--out: directory {out!r} is not writable")
+    manifest = read_manifest(path)
+    same = (manifest is not None and manifest.get("command") == command
+            and manifest.get("settings") == settings)
+    if resume:
+        if manifest is None or manifest.get("command") != command:
+            fail(f"--resume: {out!r} holds no hyperx {command} run ({MANIFEST} missing)")
+        if not same:
+            fail(f"--resume: {out!r} holds a different run, "
+                 f"{_option(first_difference(manifest['settings'], settings) or '')}; "
+                 "rerun with the saved options or choose another --out")
+        return path, manifest
+    if any(path.iterdir()) and not same and not overwrite:
+        if manifest is not None:
+            diff = first_difference(manifest.get("settings", {}), settings)
+            why = (f"a different run, {_option(diff)}" if diff
+                   else f"a {manifest.get('command')} run")
+            fail(f"--out: {out!r} holds {why}; pass --overwrite to replace it or choose "
+                 "another --out")
+        fail(f"--out: {out!r} is not empty and holds no hyperx run; pass --overwrite to write "
+             "there anyway or choose another --out")
+    _remove(path, outputs)
+    write_manifest(path, command, settings)
+    return path, None

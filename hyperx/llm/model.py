@@ -5,15 +5,26 @@ pre-LayerNorm blocks ``x += Attn(LN(x)); x += MLP(LN(x))`` with causal multi-hea
 self-attention, a final LayerNorm and an output head tied to the token embedding (or a
 separate dense head). Logits ``[B, T, V]`` come back in float32 whatever ``dtype`` computes
 the blocks, so the log-probs and the OTB proxy (:mod:`hyperx.llm.baselines`) are float32.
+
+The second half of the module is model-agnostic: :class:`LanguageModel` is a causal LM as plain
+functions (teacher-forced logits, an empty KV cache, a cached decode step), :func:`sample` is
+the KV-cache sampler of the RL loop (it records the behaviour log-probs ``log mu``) and
+:func:`response_log_probs` is the trainer's teacher-forced recomputation (``log pi``). The RoPE /
+RMSNorm model of :mod:`hyperx.llm.transformer` plugs in through :func:`transformer_lm`, a
+transformers Flax model through :func:`hyperx.llm.hf.hf_lm`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from hyperx._validation import check_floating, check_integer, check_rank, check_shape
+from hyperx.llm.baselines import log_prob_and_sum_sq
 
 
 class Block(nn.Module):
@@ -92,3 +103,114 @@ def next_token_log_probs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
     check_rank("tokens", tokens, 2)
     check_shape("logits", logits, (*tokens.shape, None), "(B, T, V)")
     return token_log_probs(logits[:, :-1], tokens[:, 1:])
+
+
+# --------------------------------------------------------------------------------------------
+# A functional handle on any causal LM, and the KV-cache sampler that drives it.
+
+
+class LanguageModel(NamedTuple):
+    """A causal LM as plain functions of ``(params, arrays)``, so any JAX model can plug in.
+
+    * ``logits(params, tokens [B, T]) -> [B, T, V]`` float32, teacher-forced;
+    * ``init_cache(batch, length) -> cache`` (any pytree);
+    * ``decode(params, tokens [B, S], cache, index) -> (logits [B, S, V] float32, cache)``:
+      ``tokens`` sit at positions ``index .. index + S - 1``;
+    * ``vocab_size``, ``max_len``: static sizes.
+
+    :func:`transformer_lm` wraps :class:`hyperx.llm.transformer.Transformer`;
+    :func:`hyperx.llm.hf.hf_lm` wraps a transformers Flax causal LM.
+    """
+
+    logits: Callable[[Any, jax.Array], jax.Array]
+    init_cache: Callable[[int, int], Any]
+    decode: Callable[[Any, jax.Array, Any, jax.Array], tuple[jax.Array, Any]]
+    vocab_size: int
+    max_len: int
+
+
+class Rollout(NamedTuple):
+    """Sampled responses ``[B, T]``: token ids (``pad_id`` after EOS), the sampler's log-prob of
+    each sampled token (float32), the response mask (1 up to and including EOS) and, when
+    requested, the sampler's logits ``[B, T, V]`` (for exact trust-region masking)."""
+
+    tokens: jax.Array
+    log_probs: jax.Array
+    mask: jax.Array
+    logits: jax.Array | None = None
+
+
+def transformer_lm(module) -> LanguageModel:
+    """:class:`LanguageModel` of a :class:`hyperx.llm.transformer.Transformer` module."""
+
+    def decode(params, tokens, cache, index):
+        return module.apply(params, tokens, cache, index, method="decode")
+
+    return LanguageModel(logits=module.apply, init_cache=module.init_cache, decode=decode,
+                         vocab_size=module.vocab_size, max_len=module.max_len)
+
+
+def sample(lm: LanguageModel, params, key: jax.Array, prompts: jax.Array, *,
+           max_new_tokens: int, eos_id: int, pad_id: int = 0, temperature: float = 1.0,
+           greedy: bool = False, return_logits: bool = False) -> Rollout:
+    """Sample ``max_new_tokens`` tokens after ``prompts [B, P]`` with a KV cache (one ``scan``).
+
+    The prompt is prefilled in one ``decode`` call, then each step draws
+    ``y_t ~ softmax(z_t / tau)`` (``argmax`` if ``greedy``) and feeds it back. The returned
+    log-prob is ``log softmax(z_t / tau)[y_t]`` of the logits this sampler computed, i.e. the
+    behaviour policy ``mu`` of the rollout. After a response's first ``eos_id`` its tokens are
+    ``pad_id`` with mask 0 and log-prob 0. All prompts share the length ``P``.
+    """
+    check_rank("prompts", prompts, 2)
+    check_integer("prompts", prompts)
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+    if temperature <= 0:
+        raise ValueError(f"temperature: expected > 0, got {temperature}")
+    b, p = prompts.shape
+    if p + max_new_tokens > lm.max_len:
+        raise ValueError(f"max_new_tokens: prompt length {p} + {max_new_tokens} exceeds the "
+                         f"model's max_len {lm.max_len}")
+    logits, cache = lm.decode(params, prompts, lm.init_cache(b, p + max_new_tokens), 0)
+
+    def step(carry, inputs):
+        last, cache, done = carry
+        t, k = inputs
+        z = last.astype(jnp.float32) / temperature
+        y = jnp.argmax(z, -1) if greedy else jax.random.categorical(k, z, axis=-1)
+        lp = token_log_probs(z[:, None], y[:, None])[:, 0]
+        alive = ~done
+        y = jnp.where(alive, y, pad_id).astype(jnp.int32)
+        done = done | (y == eos_id)
+        nxt, cache = lm.decode(params, y[:, None], cache, p + t)
+        out = (y, jnp.where(alive, lp, 0.0), alive.astype(jnp.float32))
+        return (nxt[:, -1], cache, done), (out + (z,) if return_logits else out)
+
+    keys = jax.random.split(key, max_new_tokens)
+    init = (logits[:, -1], cache, jnp.zeros((b,), bool))
+    _, outs = jax.lax.scan(step, init, (jnp.arange(max_new_tokens), keys))
+    outs = [jnp.moveaxis(o, 0, 1) for o in outs]
+    return Rollout(*outs)
+
+
+def response_log_probs(lm: LanguageModel, params, prompts: jax.Array,
+                       responses: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Teacher-forced ``(log pi(y_t | x, y_<t), sum_v pi(v | x, y_<t)^2)``, each ``[B, T]``.
+
+    One forward of ``concat(prompts, responses)``; position ``P - 1 + t`` of the logits scores
+    response token ``t``. The second output is the Optimal Token Baseline's ``sum pi^2``
+    (:func:`hyperx.llm.baselines.log_prob_and_sum_sq`, stop-gradient), free with the forward.
+    """
+    return log_prob_and_sum_sq(logits=response_logits(lm, params, prompts, responses),
+                               tokens=responses)
+
+
+def response_logits(lm: LanguageModel, params, prompts: jax.Array,
+                    responses: jax.Array) -> jax.Array:
+    """Teacher-forced logits ``[B, T, V]`` that score each response token (one forward)."""
+    check_rank("responses", responses, 2)
+    check_integer("responses", responses)
+    check_shape("prompts", prompts, (responses.shape[0], None), "(B, P)")
+    p = prompts.shape[1]
+    logits = lm.logits(params, jnp.concatenate([prompts, responses], axis=1))
+    return logits[:, p - 1:-1]

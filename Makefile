@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-EXTRAS := dev,bench,test
+EXTRAS := dev,bench,test,atari,llm
 
 .PHONY: demo test test-slow bench lint docs lock clean
 

@@ -2,52 +2,112 @@
 
 The carry (parameters, target parameters, optimiser state, replay, environment state, keys,
 metrics, step counter) is one pytree; :class:`CheckpointManager` writes it after each chunk
-under ``directory/<step>/`` next to a JSON description of the run, and restores the latest one
-into the structure of a freshly built carry. Restoring is exact (raw array bytes), so a
-resumed run equals an uninterrupted one bit for bit on the same device and versions.
+under ``directory/<step>/`` next to a JSON description of the run and the SHA-256 of the
+carry's bytes, and restores the latest one into the structure of a freshly built carry.
+Restoring is exact (raw array bytes), so a resumed run equals an uninterrupted one bit for bit
+on the same device and versions.
+
+Integrity: a restored carry must reproduce the checksum recorded when it was saved. A step that
+does not (flipped bytes), or that cannot be read at all (a truncated file), is skipped with a
+one-line warning on stderr, and the newest intact step is used; when none is intact,
+``ValueError`` says so in one line. A Ctrl-C during a save is held until the save is complete,
+so no half-written step is left; temporary directories of a killed process are removed when the
+directory is opened again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import sys
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from hyperx._rundir import first_difference, sigint_held
+
+
+def checksum(tree: Any) -> str:
+    """SHA-256 of every leaf's dtype, shape and bytes, in tree order."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(tree)):
+        array = np.ascontiguousarray(leaf)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
 
 class CheckpointManager:
     """Latest-two checkpoints of a carry in ``directory``, tagged with ``metadata`` (a dict of
     JSON values describing the run). Resuming from a directory written by a different run
-    (other metadata) raises ``ValueError`` instead of silently mixing runs."""
+    (other metadata) raises ``ValueError`` naming the first differing entry."""
 
     def __init__(self, directory: str, metadata: dict[str, Any]):
         self.metadata = metadata
+        self.directory = os.path.abspath(directory)
         self._manager = ocp.CheckpointManager(
-            os.path.abspath(directory),
-            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
+                                                 cleanup_tmp_directories=True))
 
     def save(self, step: int, carry: Any) -> None:
-        """Write ``carry`` as checkpoint ``step`` (blocks until it is on disk)."""
-        self._manager.save(step, args=ocp.args.Composite(
-            carry=ocp.args.StandardSave(carry), meta=ocp.args.JsonSave(self.metadata)))
-        self._manager.wait_until_finished()
+        """Write ``carry`` as checkpoint ``step`` with its checksum (blocks until on disk)."""
+        with sigint_held():
+            self._manager.save(step, args=ocp.args.Composite(
+                carry=ocp.args.StandardSave(carry), meta=ocp.args.JsonSave(self.metadata),
+                integrity=ocp.args.JsonSave({"sha256": checksum(carry)})))
+            self._manager.wait_until_finished()
+
+    def latest_step(self) -> int | None:
+        """The newest saved step (intact or not), or ``None``."""
+        return self._manager.latest_step()
+
+    def _read_meta(self, step: int) -> dict[str, Any]:
+        meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(meta["meta"])
+
+    def _restore(self, step: int, abstract: Any) -> Any:
+        """The carry of ``step``; an unreadable step or a checksum mismatch raises."""
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            carry=ocp.args.StandardRestore(abstract), integrity=ocp.args.JsonRestore()))
+        if checksum(restored["carry"]) != restored["integrity"]["sha256"]:
+            raise ValueError("checksum mismatch")
+        return restored["carry"]
 
     def restore_latest(self, like: Any) -> Any:
-        """The latest saved carry in the structure of ``like``, or ``like`` when none exists."""
-        step = self._manager.latest_step()
-        if step is None:
-            return like
-        meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        if dict(meta["meta"]) != self.metadata:
-            raise ValueError(f"checkpoint_dir: holds a different run {dict(meta['meta'])}, "
-                             f"expected {self.metadata}")
+        """The newest intact saved carry in the structure of ``like``, or ``like`` when the
+        directory holds no checkpoint (module docstring: integrity and fallback)."""
+        steps = sorted(self._manager.all_steps(), reverse=True)
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), like)
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            carry=ocp.args.StandardRestore(abstract)))
-        return restored["carry"]
+        failures = []
+        for step in steps:
+            try:
+                difference = first_difference(self._read_meta(step), self.metadata)
+                carry = None if difference else self._restore(step, abstract)
+            except Exception as err:  # any unreadable or corrupt step is skipped
+                failures.append(f"step {step}: {_reason(err)}")
+                continue
+            if difference:
+                raise ValueError(f"checkpoint_dir: {self.directory} holds a different run, "
+                                 f"{difference}; resume with the saved settings or use another "
+                                 "directory")
+            if failures:
+                sys.stderr.write(f"hyperx: warning: {self.directory}: checkpoint "
+                                 f"{'; '.join(failures)}; resuming from step {step}\n")
+            return carry
+        if failures:
+            raise ValueError(f"checkpoint_dir: no intact checkpoint in {self.directory} "
+                             f"({'; '.join(failures)}); remove it to start again")
+        return like
 
     def close(self) -> None:
         """Flush and release the manager."""
         self._manager.close()
+
+
+def _reason(err: Exception) -> str:
+    """A short, one-line reason for an unreadable checkpoint."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:120]}" if text != "checksum mismatch" else text

@@ -17,19 +17,33 @@ return reaches 0.9 x 0.99.
 
 Reproducibility: seed ``s`` uses ``fold_in(PRNGKey(seed), s)``, so its random draws do not
 depend on how many seeds share the batch.
+
+Sizes are checked before anything is allocated: the env-step budget ``N x episodes`` and the
+state ids must fit the int32 counters, and the carry of all seeds (three times: the compiled
+chunk's input, output and temporaries) the device's memory; ``ValueError`` gives the estimate.
+A Ctrl-C stops the run between chunks with :class:`TrainingInterrupted` (a save in progress is
+completed first), which says how far it got and which checkpoint to resume from.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_positive
+from hyperx._rundir import sigint_held
+from hyperx._validation import (
+    INT32_MAX,
+    check_int,
+    check_memory,
+    device_memory_bytes,
+    format_bytes,
+)
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
 from hyperx.envs import deepsea
@@ -67,6 +81,8 @@ class DeepSeaResult(NamedTuple):
     env_steps_per_s: env steps per second summed over seeds (acting + learning).
     steps_done: env steps completed (per seed); less than the budget after ``max_chunks``.
     carry: the final :class:`TrainCarry`.
+    steps_at_start: env steps already done when this call started (from a checkpoint); equal
+      to ``steps_done`` when the checkpointed run was already complete.
     """
 
     returns: np.ndarray
@@ -78,6 +94,17 @@ class DeepSeaResult(NamedTuple):
     env_steps_per_s: float
     steps_done: int
     carry: TrainCarry
+    steps_at_start: int = 0
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`train_deepsea`: ``steps_done`` env steps (per seed) were run and
+    ``checkpoint_step`` is the newest saved step (``None`` without a checkpoint directory)."""
+
+    def __init__(self, steps_done: int, checkpoint_step: int | None):
+        super().__init__(f"interrupted at env step {steps_done}")
+        self.steps_done = steps_done
+        self.checkpoint_step = checkpoint_step
 
 
 class DeepSeaProgram(NamedTuple):
@@ -102,9 +129,12 @@ def make_program(config: AgentConfig, size: int, num_episodes: int) -> DeepSeaPr
 
     Cached on its (hashable) arguments, so repeated runs reuse the compiled chunk.
     """
-    check_positive("size", size)
-    check_positive("num_episodes", num_episodes)
+    check_int("size", size, high=int((INT32_MAX // 2) ** 0.5))
+    check_int("num_episodes", num_episodes)
     num_steps = size * num_episodes
+    if num_steps > INT32_MAX:
+        raise ValueError(f"num_episodes: expected size x num_episodes <= {INT32_MAX} env steps "
+                         f"(the int32 step counter), got {size} x {num_episodes} = {num_steps}")
     agent = make_agent(config, 2, jnp.int32(0), num_states=size * size, step_budget=num_steps)
 
     def init_seed(key: Array, mapping: Array) -> SeedCarry:
@@ -159,10 +189,24 @@ def initial_carry(program: DeepSeaProgram, num_seeds: int, seed: int = 0,
                   mapping_seeds: int | Sequence[int] = deepsea.BSUITE_MAPPING_SEED
                   ) -> TrainCarry:
     """The carry at step 0: seed ``s`` keyed by ``fold_in(PRNGKey(seed), s)``."""
-    check_positive("num_seeds", num_seeds)
+    check_int("num_seeds", num_seeds)
+    check_carry_memory(program, num_seeds)
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(seed), s))(
         jnp.arange(num_seeds))
     return program.init(keys, jnp.asarray(_mappings(program.size, num_seeds, mapping_seeds)))
+
+
+def check_carry_memory(program: DeepSeaProgram, num_seeds: int) -> None:
+    """Raise ``ValueError`` with the estimate when ``num_seeds`` seeds' carry (three times:
+    a chunk's input, output and temporaries, plus the action mappings) exceeds device memory."""
+    n = program.size
+    keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
+    mappings = jax.ShapeDtypeStruct((num_seeds, n, n), jnp.int32)
+    carry = jax.eval_shape(program.init, keys, mappings)
+    nbytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(carry))
+    check_memory(f"DeepSea({n}) with {num_seeds} seeds ({format_bytes(nbytes / num_seeds)} "
+                 "per seed)", 3 * nbytes + 4 * num_seeds * n * n, device_memory_bytes(),
+                 "device memory")
 
 
 def train_deepsea(
@@ -170,6 +214,7 @@ def train_deepsea(
     mapping_seeds: int | Sequence[int] = deepsea.BSUITE_MAPPING_SEED,
     chunk_steps: int | None = None, checkpoint_dir: str | None = None,
     max_chunks: int | None = None, progress: bool = False,
+    on_chunk: Callable[[TrainCarry], None] | None = None,
 ) -> DeepSeaResult:
     """Train ``config`` on DeepSea(size) for ``num_episodes`` episodes and ``num_seeds`` seeds.
 
@@ -185,12 +230,17 @@ def train_deepsea(
       checkpoint_dir: save the full carry after every chunk there and resume from its latest
         checkpoint (which must come from the same arguments).
       max_chunks: stop after this many chunks in this call (to split a run across processes).
-      progress: show a tqdm progress bar between chunks (when tqdm is installed).
+      progress: show a tqdm progress bar between chunks (when tqdm is installed); it appears
+        after the first chunk, so its rate and ETA leave out the compilation.
+      on_chunk: called with the carry after each chunk (before its checkpoint), e.g. to write
+        the episodes finished so far.
+
+    Raises :class:`TrainingInterrupted` on Ctrl-C (between chunks; a save is finished first).
     """
-    check_positive("num_seeds", num_seeds)
+    check_int("num_seeds", num_seeds)
     program = make_program(config, size, num_episodes)
     chunk = chunk_steps or max(size, -(-program.num_steps // 20))
-    check_positive("chunk_steps", chunk)
+    check_int("chunk_steps", chunk)
     carry = initial_carry(program, num_seeds, seed, mapping_seeds)
     manager = None
     if checkpoint_dir is not None:
@@ -201,24 +251,38 @@ def train_deepsea(
                 "mapping_seeds": repr(mapping_seeds), "chunk_steps": chunk}
         manager = CheckpointManager(checkpoint_dir, meta)
         carry = manager.restore_latest(carry)
-    bar = _progress_bar(program.num_steps, int(carry.t)) if progress else None
+    bar = None
+    if progress and int(carry.t) < program.num_steps:
+        sys.stderr.write("deepsea: compiling and running the first chunk (the progress bar "
+                         "starts after it)\n")
     compile_time = run_time = 0.0
     steps_before = int(carry.t)
     chunks = 0
-    while int(carry.t) < program.num_steps and (max_chunks is None or chunks < max_chunks):
-        result = run_scan(program.step, carry, chunk)
-        carry = result.carry
-        compile_time += result.compile_time_s
-        run_time += result.run_time_s
-        chunks += 1
+    try:
+        while int(carry.t) < program.num_steps and (max_chunks is None or chunks < max_chunks):
+            result = run_scan(program.step, carry, chunk)
+            carry = result.carry
+            compile_time += result.compile_time_s
+            run_time += result.run_time_s
+            chunks += 1
+            with sigint_held():
+                if on_chunk is not None:
+                    on_chunk(carry)
+                if manager is not None:
+                    manager.save(int(carry.t), carry)
+            if progress and bar is None:
+                bar = _progress_bar(program.num_steps, int(carry.t))
+            elif bar is not None:
+                bar.update(min(int(carry.t), program.num_steps) - bar.n)
+    except KeyboardInterrupt:
+        raise TrainingInterrupted(
+            min(int(carry.t), program.num_steps),
+            None if manager is None else manager.latest_step()) from None
+    finally:
         if manager is not None:
-            manager.save(int(carry.t), carry)
+            manager.close()
         if bar is not None:
-            bar.update(min(int(carry.t), program.num_steps) - bar.n)
-    if manager is not None:
-        manager.close()
-    if bar is not None:
-        bar.close()
+            bar.close()
     steps_done = min(int(carry.t), program.num_steps)
     returns = np.asarray(carry.seeds.returns)
     bad = np.asarray(carry.seeds.bad)
@@ -231,7 +295,7 @@ def train_deepsea(
         learned_running_mean=np.array([r for _, r in learned], np.int64),
         compile_time_s=compile_time, wall_time_s=run_time,
         env_steps_per_s=steps_run / run_time if run_time > 0 else float("nan"),
-        steps_done=steps_done, carry=carry)
+        steps_done=steps_done, carry=carry, steps_at_start=min(steps_before, program.num_steps))
 
 
 def _learned(returns: np.ndarray, bad: np.ndarray) -> tuple[int, int]:

@@ -63,5 +63,61 @@ def test_resume_refuses_a_different_run(tmp_path):
     restored = again.restore_latest({"x": np.zeros(3, np.int32)})
     np.testing.assert_array_equal(restored["x"], np.arange(3))
     other = CheckpointManager(str(tmp_path), {"agent": "dqn", "size": 5})
-    with pytest.raises(ValueError, match="checkpoint_dir: holds a different run"):
+    with pytest.raises(ValueError, match="holds a different run, size: 4 .saved. vs 5 .now."):
         other.restore_latest({"x": np.zeros(3, np.int32)})
+
+
+def _two_steps(tmp_path):
+    from hyperx.agents.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(str(tmp_path), {"run": 1})
+    for step in (1, 2):
+        manager.save(step, {"x": np.arange(4096, dtype=np.float32) * step, "t": np.int32(step)})
+    manager.close()
+    return lambda: CheckpointManager(str(tmp_path), {"run": 1}).restore_latest(
+        {"x": np.zeros(4096, np.float32), "t": np.int32(0)})
+
+
+def _largest_file(directory):
+    files = [p for p in directory.rglob("*") if p.is_file()]
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "checksum"])
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_step(tmp_path, capsys, damage):
+    restore = _two_steps(tmp_path)
+    if damage == "checksum":
+        (tmp_path / "2" / "integrity" / "metadata").write_text('{"sha256": "0"}')
+    else:
+        path = _largest_file(tmp_path / "2" / "carry")
+        data = bytearray(path.read_bytes())
+        if damage == "flip":
+            for i in range(0, min(100, len(data))):
+                data[len(data) // 2 - 50 + i] ^= 0xFF
+        path.write_bytes(bytes(data[: len(data) // 2]) if damage == "truncate" else bytes(data))
+    restored = restore()
+    assert int(restored["t"]) == 1
+    np.testing.assert_array_equal(restored["x"], np.arange(4096, dtype=np.float32))
+    warning = [line for line in capsys.readouterr().err.splitlines() if "hyperx" in line]
+    assert len(warning) == 1 and "step 2" in warning[0] and "resuming from step 1" in warning[0]
+
+
+def test_no_intact_checkpoint_fails_in_one_line(tmp_path):
+    restore = _two_steps(tmp_path)
+    for step in ("1", "2"):
+        (tmp_path / step / "integrity" / "metadata").write_text('{"sha256": "0"}')
+    with pytest.raises(ValueError, match="no intact checkpoint") as info:
+        restore()
+    assert "\n" not in str(info.value)
+
+
+def test_a_different_run_names_the_option_in_one_line(tmp_path):
+    from hyperx.agents.checkpoint import CheckpointManager
+
+    manager = CheckpointManager(str(tmp_path), {"seed": 0, "chunk_steps": 5})
+    manager.save(1, {"x": np.zeros(2, np.int32)})
+    manager.close()
+    other = CheckpointManager(str(tmp_path), {"seed": 1, "chunk_steps": 5})
+    with pytest.raises(ValueError, match=r"seed: 0 \(saved\) vs 1 \(now\)") as info:
+        other.restore_latest({"x": np.zeros(2, np.int32)})
+    assert "\n" not in str(info.value)

@@ -21,7 +21,9 @@ def test_deepsea_command_writes_returns_summary_and_plot(tmp_path, capsys):
     assert "exact" in summary["criteria"]["learned_episode_bsuite"]
     assert summary["env_steps_per_s"] > 0 and summary["wall_time_s"] > 0
     assert (out / "deepsea.png").stat().st_size > 1000
-    assert "learned (bsuite, exact crossing)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "bsuite's criterion (#bad / #episodes < 0.9, exact crossing)" in printed
+    assert "running mean" in printed and "by chance" in printed
 
 
 @pytest.mark.parametrize("argv", [

@@ -78,3 +78,64 @@ def test_agent_option_syntax():
         "exact_ts", "ensemble_pp:M=4,index=cube", "linucb"]
     assert parse_value("true") is True and parse_value("x1") == "x1"
     assert {"exact_ts", "linucb", "ensemble_pp", "logistic_ts"} <= set(LEARNERS)
+
+
+def test_interrupted_sweep_keeps_finished_parts_and_resume_completes_it(tmp_path, capsys,
+                                                                        monkeypatch):
+    """Killed in its third of four parts (2 agents x 2 blocks of seeds): the two finished parts
+    are on disk; the same command with --resume runs only the two missing ones and ends with a
+    regret.csv byte-identical to an uninterrupted run's."""
+    import hyperx.experiment as experiment
+
+    full = _run(tmp_path, "full", "--seeds-per-part", "2")
+    real, calls = experiment.run_bandit, []
+
+    def flaky(*args, **kwargs):
+        calls.append(kwargs["first_seed"])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(experiment, "run_bandit", flaky)
+    out = tmp_path / "cut"
+    with pytest.raises(SystemExit) as exc:
+        sweep.main([*TINY, "--seeds-per-part", "2", "--out", str(out)])
+    assert exc.value.code == 130
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("hyperx: interrupted: 2 of 4 parts") and "--resume" in err
+    assert len(list((out / "parts").glob("*.csv"))) == 2 and not (out / "regret.csv").exists()
+
+    calls.clear()
+    monkeypatch.setattr(experiment, "run_bandit", real)
+    assert sweep.main([*TINY, "--seeds-per-part", "2", "--out", str(out), "--resume"]) == 0
+    assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["agents"]) == {"exact_ts", "ensemble_pp:M=2,index=sphere"}
+
+
+def test_out_is_checked_before_any_work(tmp_path, capsys):
+    """An existing file, an empty path, an uncreatable path and a foreign non-empty directory
+    fail in one line, before a learner runs; --overwrite replaces only hyperx's files."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    for out, needle in [(tmp_path / "afile", "not a directory"), ("", "expected a directory"),
+                        (tmp_path / "afile" / "sub", "cannot create"),
+                        (tmp_path / "foreign", "holds no hyperx run")]:
+        with pytest.raises(SystemExit) as exc:
+            sweep.main([*TINY, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1 and needle in err, err
+    assert sweep.main([*TINY, "--out", str(tmp_path / "foreign"), "--overwrite"]) == 0
+    assert (tmp_path / "foreign" / "notes.txt").read_text() == "mine"
+    with pytest.raises(SystemExit):
+        sweep.main([*TINY, "--seed", "3", "--out", str(tmp_path / "foreign")])
+    assert "--seed: 0 (saved) vs 3 (now)" in capsys.readouterr().err
+
+
+def test_list_agents_prints_every_learner_with_its_defaults(capsys):
+    with pytest.raises(SystemExit) as exc:
+        sweep.main(["--list-agents"])
+    assert exc.value.code == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in LEARNERS) and "M=16" in printed

@@ -38,6 +38,7 @@ import numpy as np
 import optax
 
 from hyperx._validation import check_positive, check_shape
+from hyperx.agents.checks import check_observation, check_transition
 from hyperx.agents.config import AgentConfig
 from hyperx.heads import (
     EpinetHead,
@@ -217,6 +218,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         return greedy_action(key, q)
 
     def act(state: AgentState, key: Array, obs: Array) -> Array:
+        check_observation(obs, num_states)
         k_greedy, k_explore, k_random = jax.random.split(key, 3)
         action = greedy(state, k_greedy, obs, state.index)
         explore = jax.random.uniform(k_explore) < epsilon(state.env_steps)
@@ -224,6 +226,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         return jnp.where(explore, random_action, action)
 
     def observe(state: AgentState, key: Array, transition: Transition) -> AgentState:
+        check_transition(transition, num_actions, num_states)
         k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
         stored = dict(transition._asdict(), z=perturbation.sample(k_z))
         replay = buffer.add(state.replay, stored)

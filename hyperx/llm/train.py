@@ -1,0 +1,491 @@
+"""GRPO / PPO-style RL of a causal LM under a real training-inference mismatch.
+
+One RL step (``train``) has three jitted parts, as in verl's rollout / log-prob / update split:
+
+1. **sample** (``Trainer.rollout``): ``G`` prompts, each repeated ``N`` times (contiguous
+   groups), answered by the *inference path*: the model with its parameters cast to
+   ``rollout_dtype`` (``bfloat16``, or ``float8`` e4m3 weights computed in bf16) and, with
+   ``lag = k``, the parameters of ``k`` updates ago (asynchronous rollouts). The sampler records
+   the behaviour log-probs ``log mu(y_t)``.
+2. **score** (``Trainer.score``): exact task rewards and the trainer's float32 teacher-forced
+   recomputation ``log pi_old(y_t)`` (with ``sum_v pi_old(v)^2`` for the OTB proxy).
+3. **update** (``Trainer.update``, ONE jitted function): advantages (GRPO, Dr.GRPO, RLOO or the
+   Optimal Token Baseline), rollout correction (:mod:`hyperx.llm.corrections`, weights and
+   rejection masks from ``rho_t = pi_old / mu``), the objective
+   (:func:`hyperx.llm.objectives.corrected_policy_loss`: decoupled PPO or REINFORCE) and the
+   optax step (Adam with global-norm clipping, optionally followed by
+   :func:`hyperx.llm.schedules.length_aware_scale`), repeated ``ppo_epochs`` times in a scan.
+
+Because ``mu`` differs from ``pi_old`` both numerically (precision) and in time (lag), the
+uncorrected update is biased; the corrections reweight or reject the tokens it gets wrong.
+Every step logs reward, response length, mismatch KL, chi-square, ESS, masked fractions,
+gradient norm, learning rate and tokens (the keys of ``metrics`` in the docs).
+
+Sources: GRPO (Shao et al. 2024, arXiv:2402.03300); PPO (Schulman et al. 2017); decoupled PPO
+and rollout correction (the verl Rollout Correction documentation; Yao et al. 2025; Liu, Li et
+al. 2025); OTB (arXiv:2602.07078); length-aware LR (arXiv:2602.01826, rule ours).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from hyperx._validation import check_choice, check_positive
+from hyperx.llm.baselines import (
+    dr_grpo_advantages,
+    grpo_advantages,
+    log_prob_and_sum_sq,
+    otb_advantages_from_sum_sq,
+    rloo_advantages,
+)
+from hyperx.llm.corrections import CorrectionConfig, rollout_correction
+from hyperx.llm.diagnostics import information_bandwidth
+from hyperx.llm.model import (
+    LanguageModel,
+    Rollout,
+    response_log_probs,
+    response_logits,
+    sample,
+    transformer_lm,
+)
+from hyperx.llm.objectives import ObjectiveConfig, corrected_policy_loss
+from hyperx.llm.schedules import length_aware_scale
+from hyperx.llm.tasks import Task
+from hyperx.llm.transformer import Transformer
+
+__all__ = ["ADVANTAGES", "CORRECTIONS", "Batch", "ObjectiveConfig", "RLConfig", "Rollout",
+           "Scores", "TrainState", "Trainer", "cast_params", "correction_preset", "evaluate",
+           "group_advantages", "last_token_rewards", "make_optimizer", "make_policy",
+           "make_trainer", "supervised_warmup", "train", "transformer_lms"]
+
+ADVANTAGES = ("grpo", "dr_grpo", "rloo", "otb")
+ROLLOUT_DTYPES = ("float32", "bfloat16", "float8")
+LR_SCHEDULES = ("constant", "length_aware")
+CORRECTIONS: dict[str, CorrectionConfig] = {
+    "none": CorrectionConfig.disabled(),
+    "token_tis": CorrectionConfig.token_tis(),
+    "seq_tis": CorrectionConfig.seq_tis(),
+    "seq_mis": CorrectionConfig.seq_mis(),
+    "icepop": CorrectionConfig.icepop(),
+    "token_rejection": CorrectionConfig.token_rejection(),
+    "geo_mask": CorrectionConfig.geo_mask(lower=0.9, upper=1.1),
+    "geo_mask_token_tis": CorrectionConfig.geo_mask_token_tis(),
+    "trm": CorrectionConfig.trm(delta=1.0, kl=0.05),
+    "trm_exact": CorrectionConfig.trm_exact(kl=0.05),
+    "bypass": CorrectionConfig.bypass_ppo_clip(),
+}
+"""Named corrections. ``geo_mask`` keeps a response iff ``0.9 <= exp(mean_t log rho) <= 1.1``
+and ``trm`` rejects it iff ``max_t |log rho_t| > 1`` or ``mean_t k3 > 0.05`` (``trm_exact``:
+``max_t KL_t > 0.05`` from full logits): bounds chosen by us for this mismatch (the verl preset
+0.999/1.001 rejects nearly every response of a bf16 + lag rollout)."""
+
+
+def correction_preset(name: str) -> CorrectionConfig:
+    """The :data:`CORRECTIONS` entry ``name``; ``ValueError`` naming ``correction`` otherwise."""
+    check_choice("correction", name, tuple(CORRECTIONS))
+    return CORRECTIONS[name]
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """Static settings of the RL loop (hashable; closed over by the jitted functions).
+
+    Attributes:
+      prompts_per_step: ``G`` prompts per batch.
+      group_size: ``N`` responses per prompt (batch ``B = G N``).
+      learning_rate: Adam step size (``ppo_epochs`` steps per batch).
+      advantage: one of ``ADVANTAGES``.
+      correction: a :class:`CorrectionConfig` (see :data:`CORRECTIONS` for named ones).
+      objective: an :class:`ObjectiveConfig` (default decoupled PPO clip, token-mean).
+      rollout_dtype: numeric path of the sampler, one of ``ROLLOUT_DTYPES``.
+      lag: the sampler uses the parameters of ``lag`` updates ago (0: the current ones).
+      lr_schedule: ``"constant"`` or ``"length_aware"`` (the scale of
+        :func:`length_aware_scale` with ``schedule_kwargs``).
+      max_grad_norm: global-norm clip before Adam (None: off).
+      temperature: sampling temperature ``tau``; the trainer scores with the same ``tau``.
+      extra_tokens: ``max_new_tokens = task.answer_len + extra_tokens`` (room to ramble).
+      ppo_epochs: full-batch optimiser steps per batch (the PPO ratio departs from 1 after 1).
+      otb_is_weights: OTB's energy uses the correction weights (``w_j rho_j^2``).
+      adam_b2: Adam's second-moment decay.
+    """
+
+    prompts_per_step: int = 16
+    group_size: int = 8
+    learning_rate: float = 1e-3
+    advantage: str = "grpo"
+    correction: CorrectionConfig = CorrectionConfig()
+    objective: ObjectiveConfig = ObjectiveConfig()
+    rollout_dtype: str = "bfloat16"
+    lag: int = 0
+    lr_schedule: str = "constant"
+    schedule_kwargs: tuple[tuple[str, Any], ...] = ()
+    max_grad_norm: float | None = 1.0
+    temperature: float = 1.0
+    extra_tokens: int = 2
+    ppo_epochs: int = 1
+    otb_is_weights: bool = True
+    adam_b2: float = 0.99
+
+    def __post_init__(self) -> None:
+        check_positive("prompts_per_step", self.prompts_per_step)
+        check_positive("group_size", self.group_size)
+        check_positive("learning_rate", self.learning_rate)
+        check_choice("advantage", self.advantage, ADVANTAGES)
+        check_choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
+        check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        check_positive("lag", self.lag, allow_zero=True)
+        check_positive("temperature", self.temperature)
+        check_positive("extra_tokens", self.extra_tokens, allow_zero=True)
+        check_positive("ppo_epochs", self.ppo_epochs)
+        if self.max_grad_norm is not None:
+            check_positive("max_grad_norm", self.max_grad_norm)
+        if not isinstance(self.correction, CorrectionConfig):
+            raise TypeError("correction: expected a CorrectionConfig (see correction_preset)")
+        if not isinstance(self.objective, ObjectiveConfig):
+            raise TypeError("objective: expected an ObjectiveConfig")
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+class TrainState(NamedTuple):
+    """Parameters, optimiser state and the number of updates so far."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+
+
+class Batch(NamedTuple):
+    """One rollout: prompts ``[B, P]``, answers ``[B, A]`` and the sampled :class:`Rollout`."""
+
+    prompts: jax.Array
+    answers: jax.Array
+    rollout: Rollout
+
+
+class Scores(NamedTuple):
+    """Rewards ``[B]``, ``log pi_old`` and ``sum pi_old^2`` ``[B, T]`` (and logits for TRM)."""
+
+    rewards: jax.Array
+    old_log_prob: jax.Array
+    sum_sq: jax.Array
+    old_logits: jax.Array | None = None
+
+
+class Trainer(NamedTuple):
+    """The three jitted parts of an RL step and the optimiser (see the module docstring);
+    ``objective(params, batch, scores)`` is the loss ``update`` minimises, with its metrics."""
+
+    init: Callable[[Any], TrainState]
+    rollout: Callable[[Any, jax.Array], Batch]
+    score: Callable[[Any, Batch], Scores]
+    update: Callable[[TrainState, Batch, Scores], tuple[TrainState, dict[str, jax.Array]]]
+    objective: Callable[[Any, Batch, Scores], tuple[jax.Array, dict[str, jax.Array]]]
+    optimizer: optax.GradientTransformationExtraArgs
+    config: RLConfig
+    task: Task
+
+
+def cast_params(params, rollout_dtype: str):
+    """The inference engine's copy of ``params``: float32 as is, ``bfloat16`` by rounding, or
+    ``float8`` (e4m3) weights widened back to bfloat16 for compute (a quantised engine)."""
+    check_choice("rollout_dtype", rollout_dtype, ROLLOUT_DTYPES)
+    if rollout_dtype == "float32":
+        return params
+    if rollout_dtype == "bfloat16":
+        return jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)
+    return jax.tree.map(lambda x: x.astype(jnp.float8_e4m3fn).astype(jnp.bfloat16), params)
+
+
+def transformer_lms(module, rollout_dtype: str) -> tuple[LanguageModel, LanguageModel]:
+    """``(train_lm, rollout_lm)`` of a :class:`hyperx.llm.transformer.Transformer`: float32
+    training, and the same module computing in bfloat16 unless ``rollout_dtype`` is float32."""
+    check_choice("rollout_dtype", rollout_dtype, ROLLOUT_DTYPES)
+    train_lm = transformer_lm(module.clone(dtype=jnp.float32))
+    if rollout_dtype == "float32":
+        return train_lm, train_lm
+    return train_lm, transformer_lm(module.clone(dtype=jnp.bfloat16))
+
+
+def make_policy(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
+                seed: int = 0, extra_tokens: int = 2):
+    """A float32 :class:`Transformer` sized for ``task`` (``max_len = P + A + extra_tokens``,
+    SwiGLU width ``2 d_model``) and its initial parameters from ``seed``."""
+    module = Transformer(vocab_size=task.tokenizer.vocab_size, d_model=d_model,
+                         num_layers=num_layers, num_heads=num_heads, mlp_hidden=2 * d_model,
+                         max_len=task.prompt_len + task.answer_len + extra_tokens)
+    tokens = jnp.zeros((1, task.prompt_len), jnp.int32)
+    return module, jax.jit(module.init)(jax.random.key(seed), tokens)
+
+
+def make_optimizer(config: RLConfig) -> optax.GradientTransformationExtraArgs:
+    """``clip_by_global_norm -> adam(lr) [-> length_aware_scale]``; update takes ``mean_length``."""
+    parts = []
+    if config.max_grad_norm is not None:
+        parts.append(optax.clip_by_global_norm(config.max_grad_norm))
+    parts.append(optax.adam(config.learning_rate, b2=config.adam_b2))
+    if config.lr_schedule == "length_aware":
+        parts.append(length_aware_scale(**dict(config.schedule_kwargs)))
+    return optax.chain(*parts)
+
+
+def last_token_rewards(rewards: jax.Array, mask: jax.Array) -> jax.Array:
+    """Outcome reward on each response's last valid token: ``[B], [B, T] -> [B, T]``."""
+    n = jnp.sum(mask > 0, axis=-1)
+    last = jnp.arange(mask.shape[1])[None, :] == (n - 1)[:, None]
+    return jnp.where(last & (n[:, None] > 0), rewards[:, None], 0.0).astype(jnp.float32)
+
+
+def group_advantages(kind: str, rewards: jax.Array, mask: jax.Array, group_size: int, *,
+                     old_log_prob: jax.Array | None = None, sum_sq: jax.Array | None = None,
+                     is_weights: jax.Array | None = None) -> jax.Array:
+    """Per-token advantages ``[B, T]`` of contiguous groups of ``group_size`` responses.
+
+    ``grpo``: ``(r - mean_g r) / (std_g r + eps)``; ``dr_grpo``: ``r - mean_g r``; ``rloo``:
+    leave-one-out mean; ``otb``: ``G_t - B*_t`` with the logit-gradient energy from
+    ``old_log_prob`` and ``sum_sq`` (times ``is_weights^2`` when given). A group whose rewards
+    are all equal, or whose responses are all masked, gets advantage 0: such a group carries
+    no learning signal, and without this rule OTB's zero-tail baseline (``B*_t = 0`` where one
+    response is alive) would pay the longest response's tail its full return.
+    """
+    check_choice("advantage", kind, ADVANTAGES)
+    b, t = mask.shape
+    if b % group_size:
+        raise ValueError(f"group_size: expected to divide the batch size {b}, got {group_size}")
+    g = b // group_size
+    m3 = mask.reshape(g, group_size, t)
+    if kind == "otb":
+        if old_log_prob is None or sum_sq is None:
+            raise ValueError("old_log_prob: expected old_log_prob and sum_sq for OTB advantages")
+        out = otb_advantages_from_sum_sq(
+            token_rewards=last_token_rewards(rewards, mask).reshape(g, group_size, t),
+            response_mask=m3, log_prob=old_log_prob.reshape(g, group_size, t),
+            sum_sq=sum_sq.reshape(g, group_size, t),
+            is_weights=None if is_weights is None else is_weights.reshape(g, group_size, t))
+        adv = out.advantages
+    else:
+        fn = {"grpo": grpo_advantages, "dr_grpo": dr_grpo_advantages,
+              "rloo": rloo_advantages}[kind]
+        adv = fn(scores=rewards.reshape(g, group_size), response_mask=m3)
+    valid = jnp.any(m3 > 0, axis=-1)  # [G, N]
+    r = rewards.reshape(g, group_size)
+    hi = jnp.max(jnp.where(valid, r, -jnp.inf), axis=1)
+    lo = jnp.min(jnp.where(valid, r, jnp.inf), axis=1)
+    signal = jnp.any(valid, axis=1) & (hi > lo)
+    return jnp.where(signal[:, None, None], adv, 0.0).reshape(b, t)
+
+
+def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
+                 config: RLConfig) -> Trainer:
+    """Jitted ``rollout``, ``score`` and ``update`` for ``task`` under ``config``.
+
+    ``train_lm`` computes in float32; ``rollout_lm`` is the same architecture computing in
+    ``config.rollout_dtype`` (for float32 pass ``train_lm`` twice). Both take the same params.
+    """
+    if not isinstance(config, RLConfig):
+        raise TypeError("config: expected an RLConfig")
+    optimizer = make_optimizer(config)
+    g, n = config.prompts_per_step, config.group_size
+    t_max = task.answer_len + config.extra_tokens
+    tau = config.temperature
+    need_logits = config.correction.trm_kl is not None
+    eos = task.tokenizer.eos_id
+
+    def scaled(lm: LanguageModel) -> LanguageModel:
+        if tau == 1.0:
+            return lm
+        return lm._replace(logits=lambda p, x: lm.logits(p, x) / tau)
+
+    train_scaled = scaled(train_lm)
+
+    def init(params) -> TrainState:
+        return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+    @jax.jit
+    def rollout(params, key) -> Batch:
+        kp, ks = jax.random.split(key)
+        prompts, answers = task.sample(kp, g)
+        prompts, answers = jnp.repeat(prompts, n, axis=0), jnp.repeat(answers, n, axis=0)
+        out = sample(rollout_lm, cast_params(params, config.rollout_dtype), ks, prompts,
+                     max_new_tokens=t_max, eos_id=eos, pad_id=task.tokenizer.pad_id,
+                     temperature=tau, return_logits=need_logits)
+        return Batch(prompts, answers, out)
+
+    @jax.jit
+    def score(params, batch: Batch) -> Scores:
+        rewards = task.reward(batch.rollout.tokens, batch.answers)
+        logits = response_logits(train_scaled, params, batch.prompts, batch.rollout.tokens)
+        old_log_prob, sum_sq = log_prob_and_sum_sq(logits=logits, tokens=batch.rollout.tokens)
+        return Scores(rewards, old_log_prob, sum_sq, logits if need_logits else None)
+
+    def trm_inputs(batch: Batch, scores: Scores) -> dict[str, jax.Array]:
+        if not need_logits:
+            return {}
+        return {"rollout_logits": batch.rollout.logits, "old_logits": scores.old_logits}
+
+    def loss_fn(params, batch: Batch, scores: Scores, advantages: jax.Array):
+        log_prob, _ = response_log_probs(train_scaled, params, batch.prompts,
+                                         batch.rollout.tokens)
+        out = corrected_policy_loss(
+            config.objective, config.correction, log_prob=log_prob,
+            old_log_prob=scores.old_log_prob, rollout_log_prob=batch.rollout.log_probs,
+            advantages=advantages, response_mask=batch.rollout.mask,
+            **trm_inputs(batch, scores))
+        return out.loss, out.metrics
+
+    def advantages(batch: Batch, scores: Scores) -> jax.Array:
+        is_weights = None
+        if (config.advantage == "otb" and config.otb_is_weights
+                and config.correction.weights != "none"):
+            is_weights = rollout_correction(
+                config.correction, old_log_prob=scores.old_log_prob,
+                rollout_log_prob=batch.rollout.log_probs, response_mask=batch.rollout.mask,
+                **trm_inputs(batch, scores)).weights
+        return group_advantages(config.advantage, scores.rewards, batch.rollout.mask, n,
+                                old_log_prob=scores.old_log_prob, sum_sq=scores.sum_sq,
+                                is_weights=is_weights)
+
+    @jax.jit
+    def objective(params, batch: Batch, scores: Scores):
+        return loss_fn(params, batch, scores, advantages(batch, scores))
+
+    @jax.jit
+    def update(state: TrainState, batch: Batch, scores: Scores):
+        mask = batch.rollout.mask
+        adv = advantages(batch, scores)
+        lengths = jnp.sum(mask, axis=-1)
+        mean_length = jnp.mean(lengths)
+
+        def epoch(carry, _):
+            params, opt_state = carry
+            (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params, batch, scores, adv)
+            updates, opt_state = optimizer.update(grads, opt_state, params,
+                                                  mean_length=mean_length)
+            metrics = {**metrics, "grad_norm": optax.tree.norm(grads),
+                       "update_norm": optax.tree.norm(updates)}
+            return (optax.apply_updates(params, updates), opt_state), metrics
+
+        (params, opt_state), metrics = jax.lax.scan(
+            epoch, (state.params, state.opt_state), None, length=config.ppo_epochs)
+        metrics = {k: v[0] for k, v in metrics.items()}  # as measured before the first step
+        scale = _schedule_scale(opt_state)
+        rewards = scores.rewards
+        r_group = rewards.reshape(g, n)
+        metrics.update(
+            reward=jnp.mean(rewards),
+            reward_std=jnp.std(rewards),
+            solved_groups=jnp.mean(jnp.any(r_group >= 1.0, axis=1).astype(jnp.float32)),
+            zero_signal_groups=jnp.mean(jnp.all(r_group == r_group[:, :1], axis=1)
+                                        .astype(jnp.float32)),
+            response_length=mean_length,
+            truncated_fraction=jnp.mean((batch.rollout.tokens[:, -1] != eos)
+                                        & (mask[:, -1] > 0)),
+            tokens=jnp.sum(mask),
+            lr=config.learning_rate * scale,
+            lr_scale=scale,
+            advantage_abs_mean=jnp.sum(jnp.abs(adv) * mask) / jnp.maximum(jnp.sum(mask), 1.0),
+            **information_bandwidth(advantages=adv, response_mask=mask),
+        )
+        return TrainState(params, opt_state, state.step + 1), metrics
+
+    return Trainer(init, rollout, score, update, objective, optimizer, config, task)
+
+
+def _schedule_scale(opt_state) -> jax.Array:
+    """The length-aware scale inside a chained optimiser state (1 without the schedule)."""
+    for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "scale")
+                             and hasattr(x, "surge")):
+        if hasattr(s, "scale") and hasattr(s, "surge"):
+            return s.scale
+    return jnp.ones((), jnp.float32)
+
+
+def train(trainer: Trainer, state: TrainState, key: jax.Array, steps: int, *,
+          callback: Callable[[int, dict[str, float]], None] | None = None,
+          timed: bool = False) -> tuple[TrainState, list[dict[str, float]]]:
+    """Run ``steps`` RL steps (a Python loop over the three jitted parts; the lag lives here).
+
+    The sampler uses the parameters of ``config.lag`` updates ago (the initial parameters
+    while fewer updates exist). With ``timed`` each step also logs ``time_sample_s``,
+    ``time_score_s`` and ``time_update_s`` (each part blocked until ready).
+    Returns the final state and one dict of floats per step.
+    """
+    check_positive("steps", steps, allow_zero=True)
+    lagged = collections.deque([state.params], maxlen=trainer.config.lag + 1)
+    history: list[dict[str, float]] = []
+    tokens = 0.0
+    for i in range(steps):
+        key, k = jax.random.split(key)
+        t0 = time.perf_counter()
+        batch = trainer.rollout(lagged[0], k)
+        if timed:
+            jax.block_until_ready(batch)
+        t1 = time.perf_counter()
+        scores = trainer.score(state.params, batch)
+        if timed:
+            jax.block_until_ready(scores)
+        t2 = time.perf_counter()
+        state, metrics = trainer.update(state, batch, scores)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        t3 = time.perf_counter()
+        lagged.append(state.params)
+        tokens += metrics["tokens"]
+        metrics.update(step=float(i + 1), tokens_total=tokens)
+        if timed:
+            metrics.update(time_sample_s=t1 - t0, time_score_s=t2 - t1, time_update_s=t3 - t2)
+        history.append(metrics)
+        if callback is not None:
+            callback(i, metrics)
+    return state, history
+
+
+def supervised_warmup(lm: LanguageModel, params, task: Task, key: jax.Array, *, steps: int,
+                      batch_size: int = 64, learning_rate: float = 3e-3
+                      ) -> tuple[Any, jax.Array]:
+    """Teacher-forced cross-entropy on ``prompt + answer`` (answer tokens and EOS only), so RL
+    starts from a competent policy. ``steps`` Adam steps in ONE jitted ``lax.scan``; fresh task
+    samples each step. Returns the parameters and the per-step loss ``[steps]``."""
+    check_positive("steps", steps)
+    check_positive("batch_size", batch_size)
+    tx = optax.adam(learning_rate)
+
+    def loss(p, prompts, answers):
+        lp, _ = response_log_probs(lm, p, prompts, answers)
+        m = (answers != task.tokenizer.pad_id).astype(jnp.float32)
+        return -jnp.sum(lp * m) / jnp.sum(m)
+
+    def step(carry, k):
+        p, s = carry
+        prompts, answers = task.sample(k, batch_size)
+        value, grads = jax.value_and_grad(loss)(p, prompts, answers)
+        updates, s = tx.update(grads, s, p)
+        return (optax.apply_updates(p, updates), s), value
+
+    @jax.jit
+    def run(p, key):
+        (p, _), losses = jax.lax.scan(step, (p, tx.init(p)), jax.random.split(key, steps))
+        return p, losses
+
+    return run(params, key)
+
+
+def evaluate(lm: LanguageModel, params, task: Task, key: jax.Array, n: int = 256, *,
+             greedy: bool = True, extra_tokens: int = 2) -> jax.Array:
+    """Mean reward of ``n`` fresh prompts answered by ``lm`` (greedy by default), float32."""
+    check_positive("n", n)
+    prompts, answers = task.sample(key, n)
+    out = sample(lm, params, jax.random.fold_in(key, 1), prompts,
+                 max_new_tokens=task.answer_len + extra_tokens, eos_id=task.tokenizer.eos_id,
+                 pad_id=task.tokenizer.pad_id, greedy=greedy)
+    return jnp.mean(task.reward(out.tokens, answers))

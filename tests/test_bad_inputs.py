@@ -1,0 +1,259 @@
+"""Every bad input of issue 13 gets a clear one-line error naming what is wrong.
+
+One table of (input, expected message): command lines run through ``hyperx.cli.main`` (exit
+status 2 and exactly one line ``hyperx: error: ...`` on stderr) and Python calls (a
+``ValueError`` / ``TypeError`` whose message is one line). Sizes that cannot fit are refused
+from an estimate, before anything is allocated, so these cases take milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hyperx.cli import build_parser, main
+
+NAN, INF = math.nan, math.inf
+TINY_BANDIT = ["bandit", "--dim", "3", "--arms", "4", "--steps", "20", "--seeds", "2", "--quiet"]
+TINY_DEEPSEA = ["deepsea", "--size", "3", "--agent", "dqn", "--seeds", "2", "--episodes", "4",
+                "--quiet"]
+
+CLI_CASES = [
+    # 3: --out checked before any work
+    (["deepsea", "--out", "{file}"], "exists and is not a directory"),
+    (["deepsea", "--out", ""], "--out: expected a directory path"),
+    (["deepsea", "--out", "/proc/x"], "--out: cannot create directory"),
+    (["deepsea", "--out", "{file}/sub"], "--out: cannot create directory"),
+    ([*TINY_BANDIT, "--out", ""], "--out: expected a directory path"),
+    ([*TINY_BANDIT, "--out", "{foreign}"], "is not empty and holds no hyperx run"),
+    ([*TINY_BANDIT, "--out", "{tmp}/new", "--resume"], "holds no hyperx bandit run"),
+    ([*TINY_DEEPSEA, "--out", "{tmp}/x", "--resume", "--overwrite"], "not allowed with"),
+    # 5: resuming a different run names the option and both values
+    ([*TINY_DEEPSEA, "--out", "{run}", "--checkpoint", "--resume", "--seed", "1"],
+     "--seed: 0 (saved) vs 1 (now)"),
+    ([*TINY_DEEPSEA, "--out", "{run}", "--checkpoint", "--resume", "--chunk-steps", "7"],
+     "--chunk-steps: None (saved) vs 7 (now)"),
+    ([*TINY_DEEPSEA, "--out", "{run}", "--checkpoint", "--seed", "5"],
+     "--seed: 0 (saved) vs 5 (now); pass --overwrite"),
+    ([*TINY_DEEPSEA, "--out", "{run_nockpt}", "--resume"], "without --checkpoint"),
+    # 7: non-finite and out-of-range options
+    ([*TINY_BANDIT, "--agents", "exact_ts:noise_std=nan", "--out", "{tmp}/o"],
+     "noise_std: expected a finite number > 0, got nan"),
+    ([*TINY_BANDIT, "--agents", "ensemble_pp:noise_std=inf", "--out", "{tmp}/o"],
+     "noise_std: expected a finite number > 0, got inf"),
+    ([*TINY_BANDIT, "--agents", "linucb:delta=nan", "--out", "{tmp}/o"], "delta"),
+    ([*TINY_BANDIT, "--agents", "epsilon_greedy:epsilon=nan", "--out", "{tmp}/o"],
+     "epsilon: expected a finite number in [0.0, 1.0], got nan"),
+    ([*TINY_BANDIT, "--agents", "exact_ts:prior_var=abc", "--out", "{tmp}/o"],
+     "prior_var: expected a number, got 'abc'"),
+    ([*TINY_BANDIT, "--agents", "ensemble_pp:M=2.5", "--out", "{tmp}/o"],
+     "option M: expected an integer, got 2.5"),
+    ([*TINY_BANDIT, "--agents", "neural_epinet:width=0", "--out", "{tmp}/o"], "config.hidden"),
+    ([*TINY_BANDIT, "--seed", "-1", "--out", "{tmp}/o"], "--seed, --seeds"),
+    # 11: sizes that cannot fit, the int32 range, options that make no sense
+    ([*TINY_BANDIT[:-5], "--seeds", "1e8", "--quiet", "--out", "{tmp}/o"],
+     "--seeds 100000000: needs an estimated"),
+    (["bandit", "--dim", "300000", "--arms", "4", "--steps", "5", "--seeds", "1",
+      "--agents", "exact_ts", "--quiet", "--out", "{tmp}/o"], "needs an estimated"),
+    (["bandit", "--dim", "100", "--arms", "4", "--steps", "5", "--seeds", "1",
+      "--agents", "ensemble_pp:M=1e9", "--quiet", "--out", "{tmp}/o"],
+     "needs an estimated"),
+    (["deepsea", "--size", "3000", "--seeds", "20", "--out", "{tmp}/o"],
+     "needs an estimated"),
+    ([*TINY_BANDIT[:5], "--steps", "1e10", "--out", "{tmp}/o"], "int32"),
+    (["deepsea", "--episodes", "1e10", "--out", "{tmp}/o"], "int32"),
+    (["deepsea", "--size", "30000", "--episodes", "100000", "--out", "{tmp}/o"],
+     "int32 step counter"),
+    ([*TINY_BANDIT, "--update-every", "50", "--out", "{tmp}/o"],
+     "--update-every: expected < --steps = 20"),
+    (["deepsea", "--mapping-seed", "-1", "--out", "{tmp}/o"], "--mapping-seed"),
+    ([*TINY_BANDIT, "--seeds-per-part", "0", "--out", "{tmp}/o"], "--seeds-per-part"),
+]
+
+
+@pytest.fixture
+def places(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("x")
+    runs = {}
+    from hyperx._rundir import write_manifest
+    from hyperx.cli import DEEPSEA_SETTINGS
+
+    for name, extra in (("run", ["--checkpoint"]), ("run_nockpt", [])):
+        args = build_parser().parse_args([*TINY_DEEPSEA, "--out", "x", *extra])
+        (tmp_path / name).mkdir()
+        write_manifest(tmp_path / name, "deepsea", {k: getattr(args, k) for k in DEEPSEA_SETTINGS})
+        runs[name] = str(tmp_path / name)
+    return {"file": str(tmp_path / "afile"), "foreign": str(tmp_path / "foreign"),
+            "tmp": str(tmp_path), **runs}
+
+
+@pytest.mark.parametrize("argv, message", CLI_CASES, ids=[" ".join(a)[:60] for a, _ in CLI_CASES])
+def test_command_line_errors_are_one_line(argv, message, places, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([a.format(**places) for a in argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert err.startswith("hyperx: error: ") and err.count("\n") == 1, err
+    assert message in err, err
+
+
+@pytest.fixture(scope="module")
+def agent():
+    from hyperx.agents import get_config, make_agent
+
+    made = make_agent(get_config("dqn"), num_actions=2, obs_example=jnp.int32(0),
+                      num_states=16, step_budget=64)
+    return made, made.init(jax.random.PRNGKey(0))
+
+
+def _transition(action=1, reward=0.0):
+    from hyperx.agents import Transition
+
+    return Transition(jnp.int32(0), jnp.int32(action), jnp.float32(reward), jnp.int32(1),
+                      jnp.bool_(False), jnp.bool_(False))
+
+
+def _linear(name, **kw):
+    from hyperx import linear
+
+    return getattr(linear, name)(3, **kw) if name == "exact_posterior" else getattr(
+        linear, name)(3, 4, **kw)
+
+
+def _learner_update(learner, reward, arm=0, context=(1.0, 0.0, 0.0)):
+    from hyperx.bandits.base import BanditSpec
+
+    state = learner.init(jax.random.PRNGKey(0), BanditSpec(num_arms=4, context_dim=3,
+                                                           horizon=10))
+    return learner.update(state, jax.random.PRNGKey(1), jnp.asarray(context), jnp.int32(arm),
+                          jnp.float32(reward))
+
+
+def _model_update(name, x, y):
+    model = _linear(name, noise_std=1.0)
+    return model.update(model.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1),
+                        jnp.asarray(x, jnp.float32), jnp.float32(y))
+
+
+def _bandits():
+    from hyperx.bandits import baselines, linear
+
+    return linear, baselines
+
+
+PYTHON_CASES = [
+    # 7: constructor arguments
+    ("bandits.linear.ensemble_pp(noise_std=nan)",
+     lambda: _bandits()[0].ensemble_pp(noise_std=NAN), "noise_std: expected a finite number"),
+    ("bandits.linear.exact_ts(prior_var=inf)",
+     lambda: _bandits()[0].exact_ts(prior_var=INF), "prior_var: expected a finite number"),
+    ("linear.ensemble_pp(3, 4, noise_std=nan)",
+     lambda: _linear("ensemble_pp", noise_std=NAN), "noise_std: expected a finite number"),
+    ("linear.exact_posterior(3, noise_std=1, prior_var=nan)",
+     lambda: _linear("exact_posterior", noise_std=1.0, prior_var=NAN), "prior_var"),
+    ("get_config(learning_rate=nan)",
+     lambda: __import__("hyperx.agents", fromlist=["get_config"]).get_config(
+         "hyperagent", learning_rate=NAN), "learning_rate: expected a finite number > 0"),
+    ("get_config(gamma=inf)",
+     lambda: __import__("hyperx.agents", fromlist=["get_config"]).get_config(
+         "hyperagent", gamma=INF), "gamma: expected a finite number in [0.0, 1.0]"),
+    ("russo(prior_var=nan)",
+     lambda: __import__("hyperx.envs.bandits", fromlist=["russo"]).russo(prior_var=NAN),
+     "prior_var"),
+    ("epsilon_greedy(epsilon=nan)",
+     lambda: _bandits()[1].epsilon_greedy(NAN), "epsilon: expected a finite number"),
+    # 8: non-finite data at the host boundary
+    ("ensemble_pp update y=nan", lambda: _model_update("ensemble_pp", [1, 0, 0], NAN),
+     "y: expected finite values"),
+    ("ensemble_pp update x with inf", lambda: _model_update("ensemble_pp", [1, INF, 0], 1.0),
+     "x: expected finite values, got NaN or inf at index [1]"),
+    ("exact_posterior update y=inf", lambda: _model_update("exact_posterior", [1, 0, 0], INF),
+     "y: expected finite values"),
+    ("exact_ts learner update reward=nan",
+     lambda: _learner_update(_bandits()[0].exact_ts(), NAN), "y: expected finite values"),
+    ("epsilon_greedy learner update reward=inf",
+     lambda: _learner_update(_bandits()[1].epsilon_greedy(), INF),
+     "reward: expected finite values"),
+    # 9: out-of-range discrete inputs
+    ("per-arm epsilon_greedy update arm=7 of 4",
+     lambda: _learner_update(_bandits()[1].epsilon_greedy(mean="per_arm"), 1.0, arm=7),
+     "arm: expected integers in [0, 3], got 7"),
+    ("deepsea.step action=2",
+     lambda: __import__("hyperx.envs.deepsea", fromlist=["step"]).step(
+         *(lambda d: (d.make_params(d.bsuite_mapping(3)), d.reset(d.make_params(
+             d.bsuite_mapping(3)))[0]))(__import__("hyperx.envs.deepsea", fromlist=["x"])),
+         jnp.int32(2)), "action: expected integers in [0, 1], got 2"),
+    ("bsuite_mapping(seed=-1)",
+     lambda: __import__("hyperx.envs.deepsea", fromlist=["x"]).bsuite_mapping(4, -1),
+     "mapping_seed"),
+    # 11: shapes and sizes
+    ("model.sample(state, key, (-1,))",
+     lambda: (lambda m: m.sample(m.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1), (-1,)))(
+         _linear("ensemble_pp", noise_std=1.0)), "shape: expected an integer in [0,"),
+    ("exact_posterior sample (2, -3)",
+     lambda: (lambda m: m.sample(m.init(None), jax.random.PRNGKey(1), (2, -3)))(
+         _linear("exact_posterior", noise_std=1.0)), "shape: expected an integer in [0,"),
+    ("run_bandit(horizon=2**31)",
+     lambda: __import__("hyperx.experiment", fromlist=["x"]).run_bandit(
+         __import__("hyperx.envs.bandits", fromlist=["x"]).russo(3, 4),
+         _bandits()[1].uniform_random(), horizon=2**31), "int32 range"),
+    ("run_bandit(update_every > horizon)",
+     lambda: __import__("hyperx.experiment", fromlist=["x"]).run_bandit(
+         __import__("hyperx.envs.bandits", fromlist=["x"]).russo(3, 4),
+         _bandits()[1].uniform_random(), horizon=5, update_every=9),
+     "update_every: expected < horizon = 5"),
+    ("make_program(size x episodes > int32)",
+     lambda: __import__("hyperx.agents.deepsea", fromlist=["x"]).make_program(
+         __import__("hyperx.agents", fromlist=["x"]).get_config("dqn"), 30000, 100000),
+     "int32 step counter"),
+]
+
+
+@pytest.mark.parametrize("name, call, message", PYTHON_CASES, ids=[c[0] for c in PYTHON_CASES])
+def test_python_errors_are_one_line(name, call, message):
+    with pytest.raises((ValueError, TypeError)) as info:
+        call()
+    text = str(info.value)
+    assert message in text and "\n" not in text, text
+
+
+@pytest.mark.parametrize("case", ["state id", "action", "reward"])
+def test_agent_host_calls_reject_bad_inputs(agent, case):
+    made, state = agent
+    key = jax.random.PRNGKey(1)
+    calls = {"state id": (lambda: made.act(state, key, jnp.int32(16)),
+                          "obs: expected integers in [0, 15], got 16"),
+             "action": (lambda: made.observe(state, key, _transition(action=5)),
+                        "transition.action: expected integers in [0, 1], got 5"),
+             "reward": (lambda: made.observe(state, key, _transition(reward=NAN)),
+                        "transition.reward: expected finite values")}
+    call, message = calls[case]
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_checked_mode_reports_a_nan_inside_jit():
+    """Inside jit nothing is checked by default (documented); with checked=True the jitted
+    update run under hyperx.checked reports the argument by name."""
+    from hyperx import checked
+    from hyperx.linear import ensemble_pp
+
+    model = ensemble_pp(3, 4, noise_std=1.0, checked=True)
+    state = model.init(jax.random.PRNGKey(0))
+    err, _ = checked(jax.jit(model.update))(state, jax.random.PRNGKey(1), jnp.ones(3),
+                                              jnp.float32(NAN))
+    with pytest.raises(Exception, match="y: expected finite values"):
+        err.throw()
+    unchecked = ensemble_pp(3, 4, noise_std=1.0)
+    out = jax.jit(unchecked.update)(state, jax.random.PRNGKey(1), jnp.ones(3), jnp.float32(NAN))
+    assert np.isnan(np.asarray(out.mu)).all()
+
+
+def test_the_table_covers_the_issue():
+    assert len(CLI_CASES) + len(PYTHON_CASES) + 3 >= 35

@@ -1,0 +1,278 @@
+"""``hyperx llm``: RL of a small causal LM on a verifiable task under a training-inference mismatch.
+
+Example::
+
+    hyperx llm --task addition --steps 300 --group-size 8 --correction seq_tis \\
+        --advantage otb --out runs/llm
+
+builds the RoPE/RMSNorm transformer of :mod:`hyperx.llm.transformer` (or loads a transformers
+Flax causal LM with ``--hf-path``), warms it up with supervised steps, then runs the RL loop of
+:mod:`hyperx.llm.train` with a ``--rollout-dtype`` sampler that is ``--lag`` updates stale.
+It writes ``OUT/metrics.csv`` (one row per step), ``OUT/summary.json`` and ``OUT/curves.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import time
+from collections.abc import Sequence
+
+from hyperx._argparse import OneLineParser, fail, positive_int
+
+PLOTTED = (("reward", "mean reward"), ("response_length", "response length (tokens)"),
+           ("mismatch_kl", "mismatch KL (k1)"), ("grad_norm", "gradient norm"),
+           ("ess", "ESS of the weights"), ("lr", "learning rate"))
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``hyperx llm``."""
+    from hyperx.llm.tasks import REWARDS, TASKS
+    from hyperx.llm.train import ADVANTAGES, CORRECTIONS, LR_SCHEDULES, ROLLOUT_DTYPES
+
+    parser.add_argument("--task", choices=TASKS, default="addition", help="verifiable task")
+    parser.add_argument("--difficulty", type=positive_int, default=2,
+                        help="digits (addition) or string length: sets the response length")
+    parser.add_argument("--reward", choices=REWARDS, default="exact", help="reward type")
+    parser.add_argument("--steps", type=_nonneg_int, default=300, help="RL steps")
+    parser.add_argument("--prompts", type=positive_int, default=16, help="prompts per step G")
+    parser.add_argument("--group-size", type=positive_int, default=8,
+                        help="responses per prompt N")
+    parser.add_argument("--advantage", choices=ADVANTAGES, default="grpo", help="estimator")
+    parser.add_argument("--correction", choices=tuple(CORRECTIONS), default="none",
+                        help="rollout correction preset")
+    parser.add_argument("--loss", choices=("ppo", "reinforce"), default="ppo",
+                        help="decoupled PPO clip or REINFORCE")
+    parser.add_argument("--lr", type=_positive_float, default=3e-4, help="Adam learning rate")
+    parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
+                        help="constant, or the length-aware scale")
+    parser.add_argument("--rollout-dtype", choices=ROLLOUT_DTYPES, default="bfloat16",
+                        help="numeric path of the sampler")
+    parser.add_argument("--lag", type=_nonneg_int, default=0,
+                        help="the sampler's parameters are LAG updates stale")
+    parser.add_argument("--ppo-epochs", type=positive_int, default=1, help="steps per batch")
+    parser.add_argument("--warmup-steps", type=_nonneg_int, default=600,
+                        help="supervised warm-up steps before RL")
+    parser.add_argument("--d-model", type=positive_int, default=64, help="transformer width")
+    parser.add_argument("--layers", type=positive_int, default=2, help="transformer layers")
+    parser.add_argument("--heads", type=positive_int, default=4, help="attention heads")
+    parser.add_argument("--hf-path", default=None,
+                        help="directory of a transformers Flax causal LM to train instead "
+                             "(its vocabulary must cover the task's character ids)")
+    parser.add_argument("--seed", type=int, default=0, help="seed")
+    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``llm`` subcommand to a ``hyperx`` subparsers object; returns its parser."""
+    parser = subparsers.add_parser("llm", help="RL of a small LM under a training-inference "
+                                   "mismatch, with rollout corrections",
+                                   description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.set_defaults(func=run_from_args)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hyperx llm`` with ``argv`` (the arguments after ``llm``)."""
+    parser = OneLineParser(prog="hyperx llm", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run_from_args(parser.parse_args(argv))
+
+
+def _build(args: argparse.Namespace, task):
+    from hyperx.llm import train as rl
+
+    if args.hf_path is not None:
+        from hyperx.llm.hf import load_hf_lm
+
+        if not os.path.isdir(args.hf_path):
+            fail(f"--hf-path: expected a directory with a saved model, got {args.hf_path!r}")
+        train_lm, params = load_hf_lm(args.hf_path)
+        rollout_lm = train_lm
+        if args.rollout_dtype != "float32":
+            import jax.numpy as jnp
+
+            rollout_lm, _ = load_hf_lm(args.hf_path, dtype=jnp.bfloat16, with_params=False)
+        if train_lm.vocab_size < task.tokenizer.vocab_size:
+            fail(f"--hf-path: the model's vocabulary ({train_lm.vocab_size}) is smaller than "
+                 f"the task's ({task.tokenizer.vocab_size})")
+        return train_lm, rollout_lm, params
+    try:
+        module, params = rl.make_policy(task, d_model=args.d_model, num_layers=args.layers,
+                                        num_heads=args.heads, seed=args.seed)
+    except ValueError as err:
+        fail(f"--d-model/--heads: {err}")
+    train_lm, rollout_lm = rl.transformer_lms(module, args.rollout_dtype)
+    return train_lm, rollout_lm, params
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Warm up, train, and write ``metrics.csv``, ``summary.json`` and ``curves.png``."""
+    import jax
+
+    from hyperx.llm import train as rl
+    from hyperx.llm.tasks import Task
+
+    try:
+        task = Task(args.task, args.difficulty, reward_type=args.reward)
+    except ValueError as err:
+        fail(f"--difficulty: {err}")
+    os.makedirs(args.out, exist_ok=True)
+    config = rl.RLConfig(prompts_per_step=args.prompts, group_size=args.group_size,
+                         learning_rate=args.lr, advantage=args.advantage,
+                         correction=rl.correction_preset(args.correction),
+                         objective=rl.ObjectiveConfig(loss=args.loss),
+                         rollout_dtype=args.rollout_dtype, lag=args.lag,
+                         lr_schedule=args.lr_schedule, ppo_epochs=args.ppo_epochs)
+    start = time.perf_counter()
+    train_lm, rollout_lm, params = _build(args, task)
+    key = jax.random.key(args.seed)
+    warm_loss = None
+    if args.warmup_steps:
+        params, losses = rl.supervised_warmup(train_lm, params, task, jax.random.fold_in(key, 1),
+                                              steps=args.warmup_steps)
+        warm_loss = float(losses[-1])
+    eval_key = jax.random.fold_in(key, 2)
+    accuracy_before = float(rl.evaluate(train_lm, params, task, eval_key))
+    trainer = rl.make_trainer(train_lm, rollout_lm, task, config)
+    bar = None
+    if not args.quiet and args.steps:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=args.steps, desc="hyperx llm", unit="step")
+
+    def progress(i: int, m: dict[str, float]) -> None:
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{m['reward']:.3f}", kl=f"{m['mismatch_kl']:.2e}",
+                            len=f"{m['response_length']:.2f}")
+
+    state, history = rl.train(trainer, trainer.init(params), jax.random.fold_in(key, 3),
+                              args.steps, callback=progress, timed=True)
+    if bar is not None:
+        bar.close()
+    accuracy_after = float(rl.evaluate(train_lm, state.params, task, eval_key))
+    summary = {
+        "command": "hyperx llm " + " ".join(_argv(args)),
+        "task": args.task, "difficulty": args.difficulty, "reward_type": args.reward,
+        "steps": args.steps, "prompts": args.prompts, "group_size": args.group_size,
+        "advantage": args.advantage, "correction": args.correction, "loss": args.loss,
+        "lr": args.lr, "lr_schedule": args.lr_schedule, "rollout_dtype": args.rollout_dtype,
+        "lag": args.lag, "warmup_steps": args.warmup_steps, "warmup_final_loss": warm_loss,
+        "greedy_accuracy_before": accuracy_before, "greedy_accuracy_after": accuracy_after,
+        "wall_s": time.perf_counter() - start,
+        **summarize(history),
+    }
+    write_metrics(history, os.path.join(args.out, "metrics.csv"))
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    if history:
+        plot_curves({args.correction: history}, os.path.join(args.out, "curves.png"),
+                    title=f"{args.task} (difficulty {args.difficulty}), {args.rollout_dtype} "
+                          f"sampler, lag {args.lag}")
+    print(f"hyperx llm: {args.task}, {args.steps} steps, correction {args.correction}, "
+          f"advantage {args.advantage}: reward {summary.get('reward_first10', float('nan')):.3f}"
+          f" -> {summary.get('reward_last10', float('nan')):.3f}, greedy accuracy "
+          f"{accuracy_before:.3f} -> {accuracy_after:.3f}; wrote {args.out}")
+    return 0
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    out = []
+    for name, value in sorted(vars(args).items()):
+        if name in ("func", "command") or value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        out += [flag] if value is True else [flag, str(value)]
+    return out
+
+
+def summarize(history: list[dict[str, float]], window: int = 10) -> dict[str, float]:
+    """Means of the first and last ``window`` steps of the reward, length and mismatch KL,
+    the total tokens and the mean step time of each part."""
+    import numpy as np
+
+    if not history:
+        return {}
+    out: dict[str, float] = {}
+    for key in ("reward", "response_length", "mismatch_kl", "k3_kl", "grad_norm",
+                "masked_seq_fraction"):
+        values = np.array([h[key] for h in history])
+        out[f"{key}_first{window}"] = float(values[:window].mean())
+        out[f"{key}_last{window}"] = float(values[-window:].mean())
+    out["tokens_total"] = history[-1]["tokens_total"]
+    for part in ("sample", "score", "update"):
+        key = f"time_{part}_s"
+        if key in history[0]:
+            times = np.array([h[key] for h in history[1:]] or [history[0][key]])
+            out[f"median_{key}"] = float(np.median(times))
+    return out
+
+
+def write_metrics(history: list[dict[str, float]], path: str) -> None:
+    """One CSV row per step, one column per metric (the union of keys, sorted, step first)."""
+    keys = sorted({k for h in history for k in h} - {"step"})
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", *keys])
+        for h in history:
+            writer.writerow([int(h.get("step", 0)), *(h.get(k, "") for k in keys)])
+
+
+def plot_curves(runs: dict[str, list[dict[str, float]]], path: str, *, title: str = "",
+                x: str = "step", keys: Sequence[tuple[str, str]] = PLOTTED,
+                smooth: int = 5) -> None:
+    """A grid of metric curves (moving average over ``smooth`` steps), one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cols = 3
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax, (key, label) in zip(axes.flat, keys, strict=False):
+        for name, history in runs.items():
+            if not history or key not in history[0]:
+                continue
+            y = np.array([h[key] for h in history], float)
+            xs = np.array([h[x] for h in history], float)
+            k = min(smooth, len(y))
+            ys = np.convolve(y, np.ones(k) / k, mode="valid")
+            ax.plot(xs[k - 1:], ys, label=name, lw=1.3)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel(x.replace("_", " "))
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

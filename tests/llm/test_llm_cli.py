@@ -1,0 +1,47 @@
+"""``hyperx llm``: outputs of a tiny run and one-line argument errors."""
+
+import json
+
+import pytest
+
+from hyperx.cli import build_parser, main
+
+
+def test_llm_writes_metrics_summary_and_plot(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["llm", "--task", "addition", "--difficulty", "1", "--steps", "2", "--prompts",
+               "2", "--group-size", "4", "--warmup-steps", "5", "--d-model", "16", "--layers",
+               "1", "--heads", "2", "--correction", "seq_tis", "--advantage", "otb", "--quiet",
+               "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["correction"] == "seq_tis" and summary["steps"] == 2
+    assert summary["command"].startswith("hyperx llm ")
+    header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+    for col in ("step", "reward", "response_length", "mismatch_kl", "chi2_token", "ess",
+                "masked_token_fraction", "grad_norm", "lr", "tokens"):
+        assert col in header, col
+    assert len((out / "metrics.csv").read_text().splitlines()) == 3
+    assert (out / "curves.png").stat().st_size > 1000
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--correction", "magic"], "--correction"),
+    (["--group-size", "0"], "--group-size"),
+    (["--lr", "-1"], "--lr"),
+    (["--hf-path", "/nonexistent/model"], "--hf-path"),
+    (["--d-model", "30", "--heads", "4"], "--d-model"),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as err:
+        main(["llm", "--steps", "1", "--warmup-steps", "0", "--quiet", "--out",
+              str(tmp_path / "x"), *argv])
+    assert err.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_registered_in_the_hyperx_parser():
+    args = build_parser().parse_args(["llm", "--out", "x"])
+    assert args.command == "llm" and args.advantage == "grpo" and args.rollout_dtype == "bfloat16"

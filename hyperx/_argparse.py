@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import NoReturn
 
@@ -56,6 +57,21 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """``argparse`` type: an int in [0, 2**31 - 1]."""
     return _integer(text, 0)
+
+
+def check_out_path(out: str) -> None:
+    """Exit with a one-line error unless ``out`` is a directory path that exists or can be
+    created (nothing else is checked: see :func:`hyperx._rundir.prepare_out`)."""
+    if not out.strip():
+        fail(f"--out: expected a directory path, got {out!r}")
+    if os.path.exists(out) and not os.path.isdir(out):
+        fail(f"--out: {out!r} exists and is not a directory")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as err:
+        fail(f"--out: cannot create directory {out!r}: {err.strerror or err}")
+    if not os.access(out, os.W_OK | os.X_OK):
+        fail(f"--out: directory {out!r} is not writable")
 
 
 def add_run_dir_options(parser: argparse.ArgumentParser) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hyperx._argparse import fail
+from hyperx._argparse import check_out_path, fail
 
 MANIFEST = "run.json"
 
@@ -113,17 +113,8 @@ def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: boo
     with a one-line ``hyperx: error: ...`` (status 2) when the directory cannot be used.
     """
     outputs = list(outputs)
-    if not out.strip():
-        fail(f"--out: expected a directory path, got {out!r}")
+    check_out_path(out)
     path = Path(out)
-    if path.exists() and not path.is_dir():
-        fail(f"--out: {out!r} exists and is not a directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        fail(f"--out: cannot create directory {out!r}: {err.strerror or err}")
-    if not os.access(path, os.W_OK | os.X_OK):
-        fail(f"--out: directory {out!r} is not writable")
     manifest = read_manifest(path)
     same = (manifest is not None and manifest.get("command") == command
             and manifest.get("settings") == settings)

@@ -3,9 +3,11 @@
 ``hyperx demo`` runs the library's main jobs on embedded defaults and prints what it found;
 ``hyperx bandit`` runs a regret sweep of bandit learners over many seeds;
 ``hyperx deepsea`` trains a value-based agent on DeepSea and writes returns, summary and plot;
-``hyperx llm`` runs RL on a small causal LM under a training-inference mismatch.
+``hyperx llm`` runs RL on a small causal LM under a training-inference mismatch;
+``hyperx plot DIR`` redraws the plot of a bandit or DeepSea run from its CSV.
 Argument errors print one line (``hyperx: error: ...``) and exit with status 2.
 """
+
 
 from __future__ import annotations
 
@@ -16,27 +18,58 @@ from collections.abc import Sequence
 from hyperx._argparse import (
     OneLineParser,
     add_run_dir_options,
+    check_out_path,
     fail,
     interrupted,
     non_negative_int,
     positive_int,
 )
 
-DEMO_BANDIT = ["--env", "linear", "--dim", "20", "--arms", "100", "--steps", "1000",
-               "--seeds", "200", "--agents",
-               "exact_ts,linucb,ensemble_pp:M=16,ensemble_pp:M=16,index=sphere,epsilon_greedy"]
-DEMO_DEEPSEA = ["--size", "10", "--agent", "hyperagent", "--seeds", "4", "--episodes", "400"]
+DESCRIPTION = ("hyperx: JAX-native exploration under uncertainty. Run a subcommand with --help "
+               "for its options.")
+DEMO_AGENTS = "exact_ts,linucb,ensemble_pp:M=16,ensemble_pp:M=16,index=sphere,epsilon_greedy"
+
+
+def demo_commands(steps: int, seeds: int, dim: int, out: str) -> tuple[list[str], list[str]]:
+    """The bandit and DeepSea command lines of ``hyperx demo --steps T --seeds S``: the sweep
+    runs T rounds for ceil(S / 10) seeds, DeepSea(10) ceil(0.4 T) episodes for ceil(S / 500)
+    seeds (the defaults T = 1000, S = 2000 give 200 and 4 seeds, 400 episodes)."""
+    bandit = ["bandit", "--env", "linear", "--dim", str(dim), "--arms", "100", "--steps",
+              str(steps), "--seeds", str(-(-seeds // 10)), "--agents", DEMO_AGENTS,
+              "--out", os.path.join(out, "bandit"), "--overwrite"]
+    deepsea = ["deepsea", "--size", "10", "--agent", "hyperagent", "--seeds",
+               str(-(-seeds // 500)), "--episodes", str(-(-2 * steps // 5)), "--quiet",
+               "--out", os.path.join(out, "deepsea"), "--overwrite"]
+    return bandit, deepsea
 
 
 def _demo(args: argparse.Namespace) -> int:
     from hyperx.demos.linear import run_linear_demo
 
+    check_out_path(args.out)
+    bandit, deepsea = demo_commands(args.steps, args.seeds, args.dim, args.out)
     print("[1/3] linear Ensemble++ against the exact Bayesian posterior")
     run_linear_demo(dim=args.dim, index_dim=args.index_dim, steps=args.steps, seeds=args.seeds)
-    print("\n[2/3] contextual-bandit regret sweep: hyperx bandit " + " ".join(DEMO_BANDIT))
-    main(["bandit", *DEMO_BANDIT, "--out", os.path.join(args.out, "bandit")])
-    print("\n[3/3] DeepSea: hyperx deepsea " + " ".join(DEMO_DEEPSEA))
-    return main(["deepsea", *DEMO_DEEPSEA, "--quiet", "--out", os.path.join(args.out, "deepsea")])
+    print("\n[2/3] contextual-bandit regret sweep: hyperx " + " ".join(bandit))
+    main(bandit)
+    print("\n[3/3] DeepSea: hyperx " + " ".join(deepsea))
+    return main(deepsea)
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from hyperx.agents.deepsea_report import plot_returns_csv
+    from hyperx.bandits.sweep import plot_regret_csv
+
+    directory = args.dir
+    if os.path.isfile(os.path.join(directory, "regret.csv")):
+        path = plot_regret_csv(directory)
+    elif os.path.isfile(os.path.join(directory, "returns.csv")):
+        path = plot_returns_csv(directory)
+    else:
+        fail(f"DIR: {directory!r} holds neither regret.csv (hyperx bandit) nor returns.csv "
+             "(hyperx deepsea)")
+    print(f"wrote {path}")
+    return 0
 
 
 DEEPSEA_OUTPUTS = ("returns.csv", "summary.json", "deepsea.png", "checkpoints")
@@ -108,15 +141,26 @@ def _deepsea(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hyperx`` command (exposed for tests and docs)."""
-    parser = OneLineParser(prog="hyperx", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="hyperx", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    demo = sub.add_parser("demo", help="Ensemble++ vs the exact posterior, a bandit sweep, DeepSea")
+    demo = sub.add_parser(
+        "demo", help="Ensemble++ vs the exact posterior, a bandit sweep, DeepSea",
+        description="The library's main jobs on small defaults: linear Ensemble++ against the "
+                    "exact posterior, a bandit regret sweep and HyperAgent on DeepSea(10). "
+                    "--steps and --seeds scale all three parts.")
     demo.add_argument("--dim", type=positive_int, default=20, help="feature dimension d")
     demo.add_argument("--index-dim", type=positive_int, default=16, help="Ensemble++ width M")
-    demo.add_argument("--steps", type=positive_int, default=1000, help="observations T")
-    demo.add_argument("--seeds", type=positive_int, default=2000, help="vmapped seeds")
+    demo.add_argument("--steps", type=positive_int, default=1000,
+                      help="T: observations, bandit rounds, and 0.4 T DeepSea episodes")
+    demo.add_argument("--seeds", type=positive_int, default=2000,
+                      help="S: linear seeds, S/10 bandit seeds, S/500 DeepSea seeds")
     demo.add_argument("--out", default="demo_out", help="output directory of the sweep and run")
     demo.set_defaults(func=_demo)
+    plot = sub.add_parser("plot", help="redraw a run's plot from its CSV",
+                          description="Redraw regret.png (hyperx bandit) or deepsea.png "
+                                      "(hyperx deepsea) in DIR from the CSV there.")
+    plot.add_argument("dir", metavar="DIR", help="output directory of a bandit or DeepSea run")
+    plot.set_defaults(func=_plot)
     _add_deepsea_parser(sub)
     from hyperx.bandits import sweep
 
@@ -128,7 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_deepsea_parser(sub: argparse._SubParsersAction) -> None:
     from hyperx.agents.config import AGENT_NAMES
 
-    deep = sub.add_parser("deepsea", help="train a value-based agent on DeepSea for many seeds")
+    deep = sub.add_parser(
+        "deepsea", help="train a value-based agent on DeepSea for many seeds",
+        description="Train a value-based agent on DeepSea(N) for many vmapped seeds; writes "
+                    "returns.csv (chunk by chunk), summary.json and deepsea.png to --out.")
     deep.add_argument("--size", type=positive_int, default=20, help="DeepSea size N")
     deep.add_argument("--agent", choices=AGENT_NAMES, default="hyperagent", help="agent config")
     deep.add_argument("--seeds", type=positive_int, default=5, help="vmapped seeds")

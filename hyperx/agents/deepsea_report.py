@@ -150,23 +150,46 @@ def write_outputs(result: DeepSeaResult, out: str, *, agent: str, size: int,
                                                         result.returns.shape[1])
     summary = summarise(result, agent=agent, size=size)
     write_atomic(Path(out) / "summary.json", json.dumps(summary, indent=2) + "\n")
-    _plot(result, os.path.join(out, "deepsea.png"), f"{agent} on DeepSea({size})")
+    plot_returns(result.returns, os.path.join(out, "deepsea.png"), f"{agent} on DeepSea({size})")
     return summary
 
 
-def _plot(result: DeepSeaResult, path: str, title: str) -> None:
+def read_returns(path: str | Path) -> np.ndarray:
+    """The (S, E) returns of a ``returns.csv`` (rows in any order)."""
+    table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+    seeds, episodes = table[:, 0].astype(int), table[:, 1].astype(int)
+    returns = np.full((seeds.max() + 1, episodes.max()), np.nan)
+    returns[seeds, episodes - 1] = table[:, 2]
+    return returns
+
+
+def plot_returns_csv(directory: str | Path) -> Path:
+    """Redraw ``deepsea.png`` in ``directory`` from its ``returns.csv``; returns the path."""
+    directory = Path(directory)
+    summary = directory / "summary.json"
+    title = "DeepSea"
+    if summary.exists():
+        meta = json.loads(summary.read_text())
+        title = f"{meta['agent']} on DeepSea({meta['size']})"
+    path = directory / "deepsea.png"
+    plot_returns(read_returns(directory / "returns.csv"), str(path), title)
+    return path
+
+
+def plot_returns(returns: np.ndarray, path: str, title: str) -> None:
+    """Running mean of the last 100 returns per seed against the episode, with 0.9 x 0.99."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    episodes = np.arange(1, result.returns.shape[1] + 1)
-    for s, curve in enumerate(running_mean(result.returns)):
+    episodes = np.arange(1, returns.shape[1] + 1)
+    for s, curve in enumerate(running_mean(returns)):
         ax.plot(episodes, curve, lw=1, label=f"seed {s}")
     ax.axhline(0.9 * 0.99, color="k", ls=":", lw=1, label="0.9 x 0.99")
     ax.set(xlabel="episode", ylabel="mean return (last 100 episodes)", title=title)
-    if result.returns.shape[0] <= 10:
+    if returns.shape[0] <= 10:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -329,6 +329,26 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot_regret_csv(directory: str | Path) -> Path:
+    """Redraw ``regret.png`` in ``directory`` from its ``regret.csv``; returns the path."""
+    directory = Path(directory)
+    with open(directory / "regret.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    t = np.unique([int(r["t"]) for r in rows])
+    values: dict[str, list[float]] = {}
+    for r in rows:
+        label = f"{r['agent']}:{r['config']}" if r["config"] else r["agent"]
+        values.setdefault(label, []).append(float(r["regret"]))
+    curves = {label: np.reshape(v, (-1, t.size)) for label, v in values.items()}
+    title = ""
+    summary = directory / "summary.json"
+    if summary.exists():
+        meta = json.loads(summary.read_text())
+        title = f"{meta['env_name']}: d={meta['dim']}, K={meta['arms']}, {meta['seeds']} seeds"
+    plot_regret(t, curves, directory / "regret.png", title=title)
+    return directory / "regret.png"
+
+
 def plot_regret(t: np.ndarray, curves: dict[str, np.ndarray], path: Path, *,
                 title: str = "") -> None:
     """Mean cumulative regret with a 95% band (mean +- 1.96 se) vs t, one line per agent."""

@@ -112,16 +112,19 @@ def overhead(cfg: dict, key: jax.Array) -> dict:
     n = cfg["group"]
 
     def corrections(old_lp, rollout_lp, mask, rewards, sum_sq):
-        out = {name: rollout_correction(c, old_lp, rollout_lp, mask) for name, c in PRESETS.items()}
+        out = {name: rollout_correction(c, old_log_prob=old_lp, rollout_log_prob=rollout_lp,
+                                        response_mask=mask) for name, c in PRESETS.items()}
 
         def grouped(x):
             return x.reshape(b // n, n, t)
 
-        otb = otb_advantages_from_sum_sq(grouped(rewards), grouped(mask), grouped(old_lp),
-                                         grouped(sum_sq),
+        otb = otb_advantages_from_sum_sq(token_rewards=grouped(rewards),
+                                         response_mask=grouped(mask), log_prob=grouped(old_lp),
+                                         sum_sq=grouped(sum_sq),
                                          is_weights=grouped(out["token_tis"].weights))
-        diag = variance_diagnostics(otb.advantages, otb.returns, otb.energy, grouped(mask))
-        bits = information_bandwidth(otb.advantages.reshape(b, t), mask)
+        diag = variance_diagnostics(advantages=otb.advantages, returns=otb.returns,
+                                    energy=otb.energy, response_mask=grouped(mask))
+        bits = information_bandwidth(advantages=otb.advantages.reshape(b, t), response_mask=mask)
         return out, otb.advantages, diag, bits
 
     corr = jax.jit(corrections)

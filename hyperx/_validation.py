@@ -175,3 +175,52 @@ def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name}: expected one of {sorted(choices)}, got {value!r}")
+
+
+def check_flag(name: str, value) -> None:
+    """Raise ``TypeError`` unless ``value`` is a Python ``bool`` (not 0/1, not a string)."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name}: expected True or False, got {value!r}")
+
+
+def float_dtype(*xs) -> np.dtype:
+    """The floating dtype to compute in: the promoted dtype of the floating arrays among ``xs``
+    (``None`` and non-floating arrays are skipped), at least float32. So float64 inputs are
+    computed in float64, bf16/fp16 inputs in float32, and integer/bool inputs give float32."""
+    dtypes = [jnp.result_type(x) for x in xs
+              if x is not None and jnp.issubdtype(jnp.result_type(x), jnp.floating)]
+    if not dtypes:
+        return np.dtype(np.float32)
+    dtype = np.dtype(jnp.result_type(*dtypes))
+    return np.dtype(np.float32) if jnp.finfo(dtype).bits < 32 else dtype
+
+
+def check_finite_where(name: str, x, where, *, checked: bool = False) -> None:
+    """:func:`check_finite` on the entries of ``x`` where ``where`` is true (e.g. the valid
+    tokens of a response: padding may hold ``-inf`` log-probs). ``where=None`` checks all."""
+    if where is None:
+        check_finite(name, x, checked=checked)
+    elif checked or (_concrete(x) and _concrete(where)):
+        check_finite(name, jnp.where(where, x, 0), checked=checked)
+
+
+def check_mask_values(name: str, mask, *, checked: bool = False) -> None:
+    """Raise ``ValueError`` unless the concrete ``mask`` is finite and >= 0 (a 0/1 mask or
+    non-negative token weights); traced: a ``checkify.check`` when ``checked``."""
+    check_finite(name, mask, checked=checked)
+    message = f"{name}: expected values >= 0 (0/1 or non-negative token weights)"
+    if _concrete(mask):
+        values = np.asarray(mask)
+        if values.size and values.min() < 0:
+            raise ValueError(f"{message}, got {values.min()}")
+    elif checked:
+        checkify.check(jnp.all(mask >= 0), message)
+
+
+def check_number(name: str, value, low: float | None = None, high: float | None = None, *,
+                 open_low: bool = False, open_high: bool = False) -> None:
+    """:func:`check_range` that also refuses ``bool`` (``True`` is not the number 1.0 here):
+    a finite real number in the interval, or a one-line error naming ``name``."""
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name}: expected a number, got {value!r}")
+    check_range(name, value, low, high, open_low=open_low, open_high=open_high)

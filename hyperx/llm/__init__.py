@@ -3,7 +3,8 @@
 Rollout correction (:mod:`hyperx.llm.corrections`), the decoupled / bypass PPO and REINFORCE
 objectives (:mod:`hyperx.llm.objectives`), advantage baselines with the Optimal Token Baseline
 (:mod:`hyperx.llm.baselines`), the length-aware learning-rate scale
-(:mod:`hyperx.llm.schedules`) and mismatch diagnostics (:mod:`hyperx.llm.diagnostics`). The
+(:mod:`hyperx.llm.schedules`), mismatch diagnostics (:mod:`hyperx.llm.diagnostics`) and the verl
+option parser and metric names (:mod:`hyperx.llm.verl`). The
 small test model stays in :mod:`hyperx.llm.model` (import it explicitly).
 """
 
@@ -48,6 +49,7 @@ from hyperx.llm.objectives import (
     policy_loss,
 )
 from hyperx.llm.schedules import LengthAwareScaleState, length_aware_scale
+from hyperx.llm.verl import VERL_METRIC_NAMES, VerlPort, from_verl_options, to_verl_metrics
 
 __all__ = [
     "CorrectionConfig",
@@ -56,11 +58,14 @@ __all__ = [
     "LossOutput",
     "OTBOutput",
     "ObjectiveConfig",
+    "VERL_METRIC_NAMES",
+    "VerlPort",
     "Rejection",
     "aggregate_loss",
     "corrected_policy_loss",
     "correction_metrics",
     "dr_grpo_advantages",
+    "from_verl_options",
     "gradient_noise_proxy",
     "grpo_advantages",
     "information_bandwidth",
@@ -81,6 +86,7 @@ __all__ = [
     "rollout_correction",
     "sum_squared_probs",
     "token_kl",
+    "to_verl_metrics",
     "topk_bucket_kl",
     "variance_diagnostics",
     "weight_metrics",

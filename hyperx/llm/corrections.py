@@ -12,7 +12,16 @@ documentation); Trust Region Masking (Li et al. 2025, arXiv:2512.23075).
 
 ``rollout_correction`` returns ``CorrectionOutput(weights, mask, metrics)``: ``weights`` multiply
 the per-token loss, ``mask`` replaces the response mask (so rejected tokens leave the loss
-denominator). Both are wrapped in ``stop_gradient``.
+denominator). Both are wrapped in ``stop_gradient`` and have the log-probs' floating dtype
+(float64 in, float64 out; bf16/fp16 are computed in float32). Every array argument is
+keyword-only: ``old_log_prob`` and ``rollout_log_prob`` are too easy to swap.
+
+Non-finite values. Concrete inputs (a call outside ``jit``) are checked: a NaN or inf log-prob at
+a valid token raises a one-line error naming the argument (padding may hold anything, even
+``-inf``). Under ``jit`` nothing is checked unless ``check_finite=True``, which adds a
+``checkify`` check (run the jitted function under ``hyperx._validation.checked``); without it a
+NaN log-prob at a valid token gives a NaN weight and NaN metrics for that batch, which a
+``jnp.isfinite`` test of ``metrics["mismatch_kl"]`` detects.
 """
 
 from __future__ import annotations
@@ -27,11 +36,14 @@ from jax import Array
 
 from hyperx._validation import (
     check_choice,
+    check_finite_where,
+    check_flag,
     check_floating,
     check_integer,
-    check_positive,
+    check_number,
     check_rank,
     check_shape,
+    float_dtype,
 )
 from hyperx.llm import diagnostics
 from hyperx.llm.diagnostics import LOG_RATIO_CLAMP, clamped_log_ratio, sequence_log_ratio
@@ -39,6 +51,7 @@ from hyperx.llm.diagnostics import LOG_RATIO_CLAMP, clamped_log_ratio, sequence_
 WEIGHT_MODES = ("none", "token_is", "token_tis", "token_mis", "seq_is", "seq_tis", "seq_mis")
 STATISTICS = ("ratio", "k1", "k2", "k3")
 LEVELS = ("token", "seq_sum", "seq_mean", "seq_max", "seq_min")
+_FORMULAS = {"k1": "-log rho", "k2": "0.5 (log rho)^2", "k3": "rho - 1 - log rho"}
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,11 @@ class Rejection:
     ratio ``exp(mean_t log rho_t)``). The bound always applies to the named statistic: a k1
     bound ``(lower, upper)`` keeps ``lower <= -log rho <= upper``; to bound the ratio instead use
     ``statistic="ratio"``. ``None`` means that side is unbounded.
+
+    Units: ``ratio`` bounds are ratios; ``k1`` bounds are in nats of ``-log rho`` (so a verl
+    ``"0.5_2.0"`` k1 threshold, which verl reads as ratio bounds, is NOT ``(0.5, 2.0)`` here:
+    use :func:`hyperx.llm.verl.from_verl_options`). A bound pair that rejects on-policy tokens
+    (``rho = 1``: ratio 1, k1 = k2 = k3 = 0) is refused with an error saying so.
     """
 
     statistic: str
@@ -71,13 +89,23 @@ class Rejection:
         check_choice("level", self.level, LEVELS)
         if self.lower is None and self.upper is None:
             raise ValueError("lower/upper: expected at least one bound, got both None")
+        floor = 0.0 if self.statistic == "ratio" else None
+        for name, v in (("lower", self.lower), ("upper", self.upper)):
+            if v is not None:
+                check_number(name, v, floor)
         if self.lower is not None and self.upper is not None and self.lower > self.upper:
             raise ValueError(f"lower/upper: expected lower <= upper, "
                              f"got {self.lower} > {self.upper}")
-        if self.statistic == "ratio":
-            for name, v in (("lower", self.lower), ("upper", self.upper)):
-                if v is not None:
-                    check_positive(name, v, allow_zero=True)
+        ideal = 1.0 if self.statistic == "ratio" else 0.0
+        if ((self.lower is not None and self.lower > ideal)
+                or (self.upper is not None and self.upper < ideal)):
+            units = ("ratio bounds" if self.statistic == "ratio" else
+                     f"bounds on {self.statistic} = {_FORMULAS[self.statistic]}, in nats")
+            raise ValueError(
+                f"lower/upper: ({self.lower}, {self.upper}) rejects on-policy tokens "
+                f"({self.statistic} = {ideal:g} at rho = 1); these are {units}"
+                + ("; for ratio bounds use Rejection('ratio', ...) or "
+                   "hyperx.llm.verl.from_verl_options" if self.statistic == "k1" else ""))
 
     @property
     def name(self) -> str:
@@ -114,16 +142,19 @@ class CorrectionConfig:
 
     def __post_init__(self) -> None:
         check_choice("weights", self.weights, WEIGHT_MODES)
-        check_positive("weight_upper", self.weight_upper)
+        check_number("weight_upper", self.weight_upper, 0.0, open_low=True)
         if self.weight_lower is not None:
-            check_positive("weight_lower", self.weight_lower, allow_zero=True)
+            check_number("weight_lower", self.weight_lower, 0.0)
             if self.weight_lower > self.weight_upper:
                 raise ValueError(f"weight_lower: expected <= weight_upper={self.weight_upper}, "
                                  f"got {self.weight_lower}")
         if self.trm_kl is not None:
-            check_positive("trm_kl", self.trm_kl)
-        if not all(isinstance(r, Rejection) for r in self.rejections):
-            raise TypeError("rejections: expected a tuple of Rejection")
+            check_number("trm_kl", self.trm_kl, 0.0, open_low=True)
+        if not isinstance(self.rejections, tuple) or not all(
+                isinstance(r, Rejection) for r in self.rejections):
+            raise TypeError(f"rejections: expected a tuple of Rejection, got {self.rejections!r}")
+        check_flag("batch_normalize", self.batch_normalize)
+        check_flag("bypass", self.bypass)
 
     @classmethod
     def disabled(cls) -> CorrectionConfig:
@@ -188,7 +219,8 @@ class CorrectionConfig:
 
 
 class CorrectionOutput(NamedTuple):
-    """Weights ``[B, T]`` and mask ``[B, T]`` (float32, stop-gradient) and scalar metrics."""
+    """Weights ``[B, T]`` and mask ``[B, T]`` (stop-gradient, the log-probs' floating dtype) and
+    scalar metrics."""
 
     weights: Array
     mask: Array
@@ -206,9 +238,8 @@ def token_statistic(statistic: str, log_rho: Array) -> Array:
     return jnp.expm1(log_rho) - log_rho
 
 
-def _aggregate(level: str, stat: Array, mask: Array) -> Array:
-    valid = mask > 0
-    n = jnp.sum(mask, axis=-1)
+def _aggregate(level: str, stat: Array, valid: Array) -> Array:
+    n = jnp.sum(valid, axis=-1).astype(stat.dtype)
     if level == "seq_sum":
         return jnp.sum(jnp.where(valid, stat, 0.0), axis=-1)
     if level == "seq_mean":
@@ -225,14 +256,15 @@ def _log_bound(value: float) -> float:
 
 
 def rejection_keep(rule: Rejection, log_rho: Array, mask: Array) -> Array:
-    """Float ``[B, T]`` indicator of the tokens ``rule`` keeps (1 at masked tokens too).
+    """Indicator ``[B, T]`` (``log_rho``'s dtype) of the tokens ``rule`` keeps (1 at masked
+    tokens too); a token is valid where ``mask > 0``.
 
     Ratio statistics are compared in log space, ``log L <= log-stat <= log U``, so no
     ``exp`` is needed; sequence sums of ``log rho`` are clamped to ``[-20, 20]`` first.
     """
     stat = token_statistic(rule.statistic, log_rho)
     if rule.level != "token":
-        stat = _aggregate(rule.level, stat, mask)
+        stat = _aggregate(rule.level, stat, mask > 0)
         if rule.statistic == "ratio" and rule.level == "seq_sum":
             stat = jnp.clip(stat, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         stat = stat[:, None]
@@ -245,17 +277,20 @@ def rejection_keep(rule: Rejection, log_rho: Array, mask: Array) -> Array:
         keep = keep & (stat >= lower)
     if upper is not None:
         keep = keep & (stat <= upper)
-    return jnp.broadcast_to(keep, log_rho.shape).astype(jnp.float32)
+    return jnp.broadcast_to(keep, log_rho.shape).astype(log_rho.dtype)
 
 
-def token_kl(rollout_logits: Array, train_logits: Array) -> Array:
-    """Exact ``KL(mu(.|c_t) || pi(.|c_t)) = sum_v mu_v (log mu_v - log pi_v)``, ``[B, T]``."""
-    log_mu = jax.nn.log_softmax(rollout_logits.astype(jnp.float32), axis=-1)
-    log_pi = jax.nn.log_softmax(train_logits.astype(jnp.float32), axis=-1)
+def token_kl(*, rollout_logits: Array, train_logits: Array) -> Array:
+    """Exact ``KL(mu(.|c_t) || pi(.|c_t)) = sum_v mu_v (log mu_v - log pi_v)``, ``[B, T]``.
+
+    Computed in the logits' floating dtype (at least float32)."""
+    dtype = float_dtype(rollout_logits, train_logits)
+    log_mu = jax.nn.log_softmax(rollout_logits.astype(dtype), axis=-1)
+    log_pi = jax.nn.log_softmax(train_logits.astype(dtype), axis=-1)
     return jnp.maximum(jnp.sum(jnp.exp(log_mu) * (log_mu - log_pi), axis=-1), 0.0)
 
 
-def topk_bucket_kl(rollout_topk_log_probs: Array, rollout_topk_ids: Array,
+def topk_bucket_kl(*, rollout_topk_log_probs: Array, rollout_topk_ids: Array,
                    train_logits: Array) -> Array:
     """KL over ``k + 1`` buckets: the rollout's top-k tokens plus one "rest" bucket, ``[B, T]``.
 
@@ -263,10 +298,11 @@ def topk_bucket_kl(rollout_topk_log_probs: Array, rollout_topk_ids: Array,
     deterministic map of the token, so by the data processing inequality this is a LOWER bound
     of the full ``KL(mu || pi)``: TRM from top-k logits can miss violations, never invent them.
     """
-    log_pi_full = jax.nn.log_softmax(train_logits.astype(jnp.float32), axis=-1)
-    log_mu = rollout_topk_log_probs.astype(jnp.float32)
+    dtype = float_dtype(rollout_topk_log_probs, train_logits)
+    log_pi_full = jax.nn.log_softmax(train_logits.astype(dtype), axis=-1)
+    log_mu = rollout_topk_log_probs.astype(dtype)
     log_pi = jnp.take_along_axis(log_pi_full, rollout_topk_ids, axis=-1)
-    tiny = jnp.finfo(jnp.float32).tiny
+    tiny = jnp.finfo(dtype).tiny
     mu_rest = jnp.clip(1.0 - jnp.sum(jnp.exp(log_mu), axis=-1), 0.0, 1.0)
     pi_rest = jnp.clip(1.0 - jnp.sum(jnp.exp(log_pi), axis=-1), tiny, 1.0)
     top = jnp.sum(jnp.exp(log_mu) * (log_mu - log_pi), axis=-1)
@@ -275,16 +311,15 @@ def topk_bucket_kl(rollout_topk_log_probs: Array, rollout_topk_ids: Array,
     return jnp.maximum(top + rest, 0.0)
 
 
-def _weights(config: CorrectionConfig, log_rho: Array, mask: Array) -> tuple[Array, bool]:
+def _weights(config: CorrectionConfig, log_rho: Array, valid: Array) -> tuple[Array, bool]:
     mode, c, lo = config.weights, config.weight_upper, config.weight_lower
     if mode == "none":
         return jnp.ones_like(log_rho), False
     if mode.startswith("token"):
-        w = jnp.exp(log_rho)
         log_w = log_rho
     else:
-        log_w = jnp.broadcast_to(sequence_log_ratio(log_rho, mask)[:, None], log_rho.shape)
-        w = jnp.exp(log_w)
+        log_w = jnp.broadcast_to(sequence_log_ratio(log_rho, valid)[:, None], log_rho.shape)
+    w = jnp.exp(log_w)
     if mode.endswith("tis"):
         w = jnp.minimum(w, c)
     elif mode.endswith("mis"):
@@ -295,12 +330,13 @@ def _weights(config: CorrectionConfig, log_rho: Array, mask: Array) -> tuple[Arr
     return w, mode.startswith("seq")
 
 
-def _batch_normalize(w: Array, mask: Array, per_sequence: bool) -> Array:
+def _batch_normalize(w: Array, kept: Array, per_sequence: bool) -> Array:
+    kept = kept.astype(w.dtype)
     if per_sequence:
-        kept = (jnp.sum(mask, axis=-1) > 0).astype(jnp.float32)
-        total, count = jnp.sum(w[:, 0] * kept), jnp.sum(kept)
+        has = (jnp.sum(kept, axis=-1) > 0).astype(w.dtype)
+        total, count = jnp.sum(w[:, 0] * has), jnp.sum(has)
     else:
-        total, count = jnp.sum(w * mask), jnp.sum(mask)
+        total, count = jnp.sum(w * kept), jnp.sum(kept)
     mean = total / jnp.maximum(count, 1.0)
     return w / jnp.where(mean > 0, mean, 1.0)
 
@@ -310,6 +346,9 @@ def _check_inputs(old_log_prob, rollout_log_prob, response_mask, rollout_logits,
     check_rank("old_log_prob", old_log_prob, 2)
     check_floating("old_log_prob", old_log_prob)
     b, t = old_log_prob.shape
+    if b == 0 or t == 0:
+        raise ValueError(f"old_log_prob: expected at least one response and one position "
+                         f"(B >= 1, T >= 1), got shape {(b, t)}")
     check_shape("rollout_log_prob", rollout_log_prob, (b, t), "(B, T)")
     check_floating("rollout_log_prob", rollout_log_prob)
     check_shape("response_mask", response_mask, (b, t), "(B, T)")
@@ -330,22 +369,29 @@ def _check_inputs(old_log_prob, rollout_log_prob, response_mask, rollout_logits,
                          "rollout_topk_log_probs and rollout_topk_ids) when trm_kl is set")
 
 
-def rollout_correction(config: CorrectionConfig, old_log_prob: Array, rollout_log_prob: Array,
-                       response_mask: Array, *, rollout_logits: Array | None = None,
-                       old_logits: Array | None = None,
+def rollout_correction(config: CorrectionConfig, *, old_log_prob: Array,
+                       rollout_log_prob: Array, response_mask: Array,
+                       rollout_logits: Array | None = None, old_logits: Array | None = None,
                        rollout_topk_log_probs: Array | None = None,
-                       rollout_topk_ids: Array | None = None) -> CorrectionOutput:
+                       rollout_topk_ids: Array | None = None,
+                       check_finite: bool = False) -> CorrectionOutput:
     """Correction weights, rejection mask and diagnostics for one batch.
 
     Args:
       config: static ``CorrectionConfig`` (hashable; pass it as a static argument under jit).
       old_log_prob: ``[B, T]`` log-prob of the sampled tokens under ``pi_old`` (``pi_theta`` in
-        bypass mode).
+        bypass mode). Keyword-only, like every array argument.
       rollout_log_prob: ``[B, T]`` log-prob under the rollout policy ``mu``.
-      response_mask: ``[B, T]`` 1 for response tokens, 0 for padding (bool, int or float).
+      response_mask: ``[B, T]``; a token is valid where it is ``> 0`` (bool, int or float). A
+        non-binary mask is carried through as token weights: the returned ``mask`` is
+        ``response_mask * keep`` (``keep`` the 0/1 rejection indicator), so
+        ``hyperx.llm.objectives.policy_loss`` weights each token by it in both the numerator and
+        the denominator; ratios, weights and metrics count valid tokens, not weights.
       rollout_logits, old_logits: ``[B, T, V]`` full logits, for exact TRM (``trm_kl``).
       rollout_topk_log_probs, rollout_topk_ids: ``[B, T, K]`` normalised rollout log-probs of
         the rollout's top-k tokens and their ids, for the k+1-bucket TRM lower bound.
+      check_finite: check the valid tokens' log-probs under ``jit`` too (``checkify``; see the
+        module docstring). Concrete inputs are always checked.
 
     Returns:
       ``CorrectionOutput``: ``weights`` (0 wherever ``mask`` is 0), ``mask`` = response mask AND
@@ -353,36 +399,43 @@ def rollout_correction(config: CorrectionConfig, old_log_prob: Array, rollout_lo
     """
     _check_inputs(old_log_prob, rollout_log_prob, response_mask, rollout_logits, old_logits,
                   rollout_topk_log_probs, rollout_topk_ids, config.trm_kl is not None)
-    valid = jnp.asarray(response_mask).astype(jnp.float32)
-    log_rho = clamped_log_ratio(old_log_prob.astype(jnp.float32),
-                                rollout_log_prob.astype(jnp.float32), valid)
-    mask = valid
+    dtype = float_dtype(old_log_prob, rollout_log_prob)
+    mask_in = jnp.asarray(response_mask)
+    valid = mask_in > 0
+    check_finite_where("old_log_prob", old_log_prob, valid, checked=check_finite)
+    check_finite_where("rollout_log_prob", rollout_log_prob, valid, checked=check_finite)
+    log_rho = clamped_log_ratio(old_log_prob.astype(dtype), rollout_log_prob.astype(dtype), valid)
+    keep = jnp.ones(log_rho.shape, dtype)
     extra: dict[str, Array] = {}
-    n_valid = jnp.maximum(jnp.sum(valid), 1.0)
+    n_valid = jnp.maximum(jnp.sum(valid).astype(dtype), 1.0)
     for i, rule in enumerate(config.rejections):
-        keep = rejection_keep(rule, log_rho, valid)
-        extra[f"reject{i}_{rule.name}_token_fraction"] = jnp.sum(valid * (1 - keep)) / n_valid
-        mask = mask * keep
+        rule_keep = rejection_keep(rule, log_rho, valid)
+        extra[f"reject{i}_{rule.name}_token_fraction"] = (
+            jnp.sum(jnp.where(valid, 1 - rule_keep, 0.0)) / n_valid)
+        keep = keep * rule_keep
     if config.trm_kl is not None:
         if rollout_logits is not None:
-            kl = token_kl(rollout_logits, old_logits)
+            kl = token_kl(rollout_logits=rollout_logits, train_logits=old_logits)
         else:
-            kl = topk_bucket_kl(rollout_topk_log_probs, rollout_topk_ids, old_logits)
-        max_kl = jnp.max(jnp.where(valid > 0, kl, 0.0), axis=-1)
-        keep_seq = (max_kl <= config.trm_kl).astype(jnp.float32)
-        has = (jnp.sum(valid, axis=-1) > 0).astype(jnp.float32)
+            kl = topk_bucket_kl(rollout_topk_log_probs=rollout_topk_log_probs,
+                                rollout_topk_ids=rollout_topk_ids, train_logits=old_logits)
+        max_kl = jnp.max(jnp.where(valid, kl, 0.0), axis=-1).astype(dtype)
+        keep_seq = (max_kl <= config.trm_kl).astype(dtype)
+        has = jnp.any(valid, axis=-1).astype(dtype)
         extra["trm_max_token_kl"] = jnp.max(max_kl)
         extra["trm_rejected_seq_fraction"] = (jnp.sum(has * (1 - keep_seq))
                                               / jnp.maximum(jnp.sum(has), 1.0))
-        mask = mask * keep_seq[:, None]
+        keep = keep * keep_seq[:, None]
+    kept = valid & (keep > 0)
     w, per_sequence = _weights(config, log_rho, valid)
     if config.batch_normalize:
-        w = _batch_normalize(w, mask, per_sequence)
-    w = w * mask
-    weights, mask = jax.lax.stop_gradient(w), jax.lax.stop_gradient(mask)
+        w = _batch_normalize(w, kept, per_sequence)
+    weights = jax.lax.stop_gradient(jnp.where(kept, w, 0.0))
+    mask = jax.lax.stop_gradient(jnp.where(kept, mask_in.astype(dtype), 0.0))
     lower = config.weight_lower if config.weight_lower is not None else 1.0 / config.weight_upper
     metrics = diagnostics.correction_metrics(
-        jax.lax.stop_gradient(old_log_prob), jax.lax.stop_gradient(rollout_log_prob), valid,
-        weights, mask, lower=lower, upper=config.weight_upper)
+        train_log_prob=jax.lax.stop_gradient(old_log_prob.astype(dtype)),
+        rollout_log_prob=jax.lax.stop_gradient(rollout_log_prob.astype(dtype)),
+        response_mask=valid, weights=weights, mask=kept, lower=lower, upper=config.weight_upper)
     metrics.update(extra)
     return CorrectionOutput(weights, mask, metrics)

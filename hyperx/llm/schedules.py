@@ -24,6 +24,14 @@ The transformation multiplies the incoming updates by the scale, so put it after
 ``update(grads, state, params, mean_length=L)`` (``optax.chain`` forwards the extra argument;
 ``optax.contrib.reduce_on_plateau`` takes the loss the same way). The decision is in the state
 (``scale``, ``surge``, ``ratio``) for logging.
+
+Non-finite input. A NaN/inf (or negative) ``mean_length`` or ``mismatch_kl`` would poison both
+EMAs for good (every later ratio NaN, so no surge could ever be detected). A concrete value (a
+call outside ``jit``) raises a one-line error naming the argument. Inside a compiled loop the
+step is skipped instead: the EMAs, counters and scale are left unchanged, the updates are still
+scaled by the current scale, and ``state.skipped`` counts such steps (log it). With
+``check_finite=True`` the compiled step also fails a ``checkify`` check naming the argument
+(run it under ``hyperx._validation.checked``).
 """
 
 from __future__ import annotations
@@ -34,11 +42,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from hyperx._validation import check_choice, check_positive
+from hyperx._validation import check_choice, check_flag, check_int, check_number
+from hyperx._validation import check_finite as _check_finite_values
 
 
 class LengthAwareScaleState(NamedTuple):
-    """State of :func:`length_aware_scale`; ``scale``, ``surge`` and ``ratio`` are for logging."""
+    """State of :func:`length_aware_scale`; ``scale``, ``surge``, ``ratio`` and ``skipped`` (steps
+    whose ``mean_length`` / ``mismatch_kl`` was not finite, see the module docstring) are for
+    logging."""
 
     count: jax.Array
     fast_length: jax.Array
@@ -50,6 +61,7 @@ class LengthAwareScaleState(NamedTuple):
     ratio: jax.Array
     surge: jax.Array
     scale: jax.Array
+    skipped: jax.Array
 
 
 def _ema(old: jax.Array, new: jax.Array, decay: float, count: jax.Array) -> jax.Array:
@@ -73,6 +85,8 @@ def length_aware_scale(
     min_scale: float = 0.1,
     decay_steps: int = 200,
     kl_threshold: float | None = None,
+    dtype=jnp.float32,
+    check_finite: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
     """Scale updates down when the mean response length surges (rule: ours; idea: 2602.01826).
 
@@ -89,31 +103,42 @@ def length_aware_scale(
       kl_threshold: when set, the mismatch KL is tracked with the same EMAs and
         ``kl_fast / kl_slow > kl_threshold`` also counts as a surge; ``update`` then needs
         ``mismatch_kl``.
+      dtype: floating dtype of the state's averages and scale (float64 for a float64 run).
+      check_finite: under ``jit``, also fail a ``checkify`` check on a non-finite input
+        (concrete inputs are always checked; see the module docstring).
 
     Returns:
       An ``optax.GradientTransformationExtraArgs`` whose ``update(updates, state, params=None,
       *, mean_length, mismatch_kl=None)`` multiplies ``updates`` by the new scale.
     """
-    if not 0.0 <= fast_decay < slow_decay < 1.0:
+    check_number("fast_decay", fast_decay, 0.0, 1.0, open_high=True)
+    check_number("slow_decay", slow_decay, 0.0, 1.0, open_high=True)
+    if not fast_decay < slow_decay:
         raise ValueError(
             f"fast_decay, slow_decay: expected 0 <= fast_decay < slow_decay < 1, "
             f"got {fast_decay}, {slow_decay}"
         )
-    check_positive("threshold", threshold)
-    check_positive("window", window)
-    check_positive("warmup_steps", warmup_steps, allow_zero=True)
+    check_number("threshold", threshold, 0.0, open_low=True)
+    check_int("window", window)
+    check_int("warmup_steps", warmup_steps, 0)
     check_choice("mode", mode, ("multiplicative", "cosine"))
-    if not 0.0 < factor <= 1.0:
-        raise ValueError(f"factor: expected 0 < factor <= 1, got {factor}")
-    if not 0.0 <= min_scale <= 1.0:
-        raise ValueError(f"min_scale: expected 0 <= min_scale <= 1, got {min_scale}")
-    check_positive("decay_steps", decay_steps)
+    check_number("factor", factor, 0.0, 1.0, open_low=True)
+    check_number("min_scale", min_scale, 0.0, 1.0)
+    check_int("decay_steps", decay_steps)
     if kl_threshold is not None:
-        check_positive("kl_threshold", kl_threshold)
+        check_number("kl_threshold", kl_threshold, 0.0, open_low=True)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"dtype: expected a floating dtype, got {dtype}")
+    check_flag("check_finite", check_finite)
+
+    def _check_input(name: str, x: jax.Array) -> None:
+        _check_finite_values(name, x, checked=check_finite)
+        if not isinstance(x, jax.core.Tracer) and float(x) < 0 and name == "mean_length":
+            raise ValueError(f"mean_length: expected a finite number >= 0, got {float(x)}")
 
     def init_fn(params) -> LengthAwareScaleState:
         del params
-        zero = jnp.zeros((), jnp.float32)
+        zero = jnp.zeros((), dtype)
         return LengthAwareScaleState(
             count=jnp.zeros((), jnp.int32),
             fast_length=zero,
@@ -122,9 +147,10 @@ def length_aware_scale(
             slow_kl=zero,
             surge_count=jnp.zeros((), jnp.int32),
             decay_start=jnp.full((), -1, jnp.int32),
-            ratio=jnp.ones((), jnp.float32),
+            ratio=jnp.ones((), dtype),
             surge=jnp.zeros((), bool),
-            scale=jnp.ones((), jnp.float32),
+            scale=jnp.ones((), dtype),
+            skipped=jnp.zeros((), jnp.int32),
         )
 
     def update_fn(updates, state: LengthAwareScaleState, params=None, *, mean_length,
@@ -132,8 +158,10 @@ def length_aware_scale(
         del params, extra_args
         if jnp.ndim(mean_length) != 0:
             raise ValueError(f"mean_length: expected a scalar, got shape {jnp.shape(mean_length)}")
-        k = state.count.astype(jnp.float32)
-        length = jnp.asarray(mean_length, jnp.float32)
+        k = state.count.astype(dtype)
+        length = jnp.asarray(mean_length, dtype)
+        _check_input("mean_length", length)
+        ok = jnp.isfinite(length) & (length >= 0)
         fast = _ema(state.fast_length, length, fast_decay, k)
         slow = _ema(state.slow_length, length, slow_decay, k)
         ratio = _safe_ratio(fast, slow)
@@ -142,7 +170,9 @@ def length_aware_scale(
         if kl_threshold is not None:
             if mismatch_kl is None or jnp.ndim(mismatch_kl) != 0:
                 raise ValueError("mismatch_kl: expected a scalar (kl_threshold is set)")
-            kl = jnp.asarray(mismatch_kl, jnp.float32)
+            kl = jnp.asarray(mismatch_kl, dtype)
+            _check_input("mismatch_kl", kl)
+            ok = ok & jnp.isfinite(kl)
             fast_kl = _ema(fast_kl, kl, fast_decay, k)
             slow_kl = _ema(slow_kl, kl, slow_decay, k)
             signal = signal | (_safe_ratio(fast_kl, slow_kl) > kl_threshold)
@@ -157,7 +187,7 @@ def length_aware_scale(
             decay_start = jnp.where(surge & (state.decay_start < 0), state.count, state.decay_start)
             progress = jnp.clip((state.count - decay_start + 1) / decay_steps, 0.0, 1.0)
             cosine = min_scale + (1.0 - min_scale) * 0.5 * (1.0 + jnp.cos(jnp.pi * progress))
-            scale = jnp.where(decay_start >= 0, cosine, 1.0).astype(jnp.float32)
+            scale = jnp.where(decay_start >= 0, cosine, 1.0).astype(dtype)
         new_state = LengthAwareScaleState(
             count=state.count + 1,
             fast_length=fast,
@@ -169,7 +199,12 @@ def length_aware_scale(
             ratio=ratio,
             surge=surge,
             scale=scale,
+            skipped=state.skipped,
         )
+        new_state = jax.tree.map(lambda new, old: jnp.where(ok, new, old), new_state, state)
+        new_state = new_state._replace(surge=new_state.surge & ok,
+                                       skipped=state.skipped + (~ok).astype(jnp.int32))
+        scale = new_state.scale
         updates = jax.tree.map(lambda g: (scale * g).astype(g.dtype), updates)
         return updates, new_state
 

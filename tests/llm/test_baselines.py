@@ -38,7 +38,7 @@ ADV = np.array(
 
 
 def test_otb_hand_computed_group():
-    out = otb_advantages(REWARDS, MASK, PROXY)
+    out = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY)
     np.testing.assert_allclose(out.energy[0, 0], [1, 3, 4, 5])
     np.testing.assert_allclose(out.energy[0, 1], [2, 4, 4, 4])
     np.testing.assert_allclose(out.returns[0, 1], [-1, -1, 0, 0])
@@ -47,7 +47,7 @@ def test_otb_hand_computed_group():
 
 
 def test_otb_zero_tail_off_gives_own_return_as_baseline():
-    out = otb_advantages(REWARDS, MASK, PROXY, zero_tail=False)
+    out = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY, zero_tail=False)
     np.testing.assert_allclose(out.baselines[0, 0, 3], 1.0, rtol=1e-6)
     np.testing.assert_allclose(out.advantages[0, 0, 3], 0.0, atol=1e-6)
     np.testing.assert_allclose(out.advantages[0, :, :3], ADV[0, :, :3], rtol=1e-6)
@@ -56,7 +56,7 @@ def test_otb_zero_tail_off_gives_own_return_as_baseline():
 def test_otb_is_weighted():
     rho = np.ones_like(MASK)
     rho[0, 0] = 2.0  # W_0 becomes 4 * [1, 3, 4, 5]
-    out = otb_advantages(REWARDS, MASK, PROXY, is_weights=rho)
+    out = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY, is_weights=rho)
     base = [(4 - 2 + 2) / 6.5, (12 - 4 + 4) / 17, (16 + 8) / 18, 0.0]
     np.testing.assert_allclose(out.baselines[0, 0], base, rtol=1e-6)
     np.testing.assert_allclose(out.energy[0, 0], [4, 12, 16, 20])
@@ -65,11 +65,14 @@ def test_otb_is_weighted():
 def test_otb_groups_are_independent_and_single_response_has_no_baseline():
     other = np.ones_like(MASK)
     out = otb_advantages(
-        np.concatenate([REWARDS, 3 * other]), np.concatenate([MASK, other]),
-        np.concatenate([PROXY, other]),
+        token_rewards=np.concatenate([REWARDS, 3 * other]),
+        response_mask=np.concatenate([MASK, other]),
+        proxy=np.concatenate([PROXY, other]),
     )
     np.testing.assert_allclose(out.advantages[:1], ADV, rtol=1e-6, atol=1e-7)
-    single = otb_advantages(REWARDS[:, :1], MASK[:, :1], PROXY[:, :1])
+    single = otb_advantages(
+        token_rewards=REWARDS[:, :1], response_mask=MASK[:, :1], proxy=PROXY[:, :1]
+    )
     np.testing.assert_allclose(single.advantages, single.returns)
     np.testing.assert_allclose(single.returns[0, 0], [1, 1, 1, 1])
 
@@ -77,25 +80,25 @@ def test_otb_groups_are_independent_and_single_response_has_no_baseline():
 def test_otb_rejected_response_and_empty_group():
     mask = MASK.copy()
     mask[0, 1] = 0.0  # response 1 rejected
-    out = otb_advantages(REWARDS, mask, PROXY)
+    out = otb_advantages(token_rewards=REWARDS, response_mask=mask, proxy=PROXY)
     # t = 0: (1*1 + 4*0.5) / 1.5 = 2; t = 1: (3 + 4) / 4 = 7/4; t = 2: 2; t = 3: tail.
     np.testing.assert_allclose(out.baselines[0, 0], [2, 7 / 4, 2, 0], rtol=1e-6)
     assert np.all(out.advantages[0, 1] == 0)
-    empty = otb_advantages(REWARDS, np.zeros_like(MASK), PROXY)
+    empty = otb_advantages(token_rewards=REWARDS, response_mask=np.zeros_like(MASK), proxy=PROXY)
     assert np.all(np.isfinite(empty.advantages)) and np.all(empty.advantages == 0)
 
 
 def test_otb_zero_energy_is_finite():
-    out = otb_advantages(REWARDS, MASK, np.zeros_like(PROXY))
+    out = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=np.zeros_like(PROXY))
     assert np.all(np.isfinite(out.advantages))
 
 
 def test_otb_is_stop_gradient_and_jits():
     def f(r):
-        return jnp.sum(otb_advantages(r, MASK, PROXY).advantages)
+        return jnp.sum(otb_advantages(token_rewards=r, response_mask=MASK, proxy=PROXY).advantages)
 
     assert np.all(jax.grad(f)(jnp.asarray(REWARDS)) == 0)
-    out = jax.jit(otb_advantages)(REWARDS, MASK, PROXY)
+    out = jax.jit(otb_advantages)(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY)
     np.testing.assert_allclose(out.advantages, ADV, rtol=1e-6, atol=1e-7)
 
 
@@ -104,7 +107,9 @@ def test_proxy_hand_case():
     np.testing.assert_allclose(sum_squared_probs(z), [0.375, 0.375], rtol=1e-6)
     w = logit_gradient_proxy(z, jnp.array([1, 0]))
     np.testing.assert_allclose(w, [0.375, 0.875], rtol=1e-6)
-    w2 = logit_gradient_proxy_from_sum_sq(jnp.log(jnp.array([0.5, 0.25])), jnp.full(2, 0.375))
+    w2 = logit_gradient_proxy_from_sum_sq(
+        log_prob=jnp.log(jnp.array([0.5, 0.25])), sum_sq=jnp.full(2, 0.375)
+    )
     np.testing.assert_allclose(w2, w, rtol=1e-6)
 
 
@@ -164,11 +169,15 @@ def test_from_logits_and_from_sum_sq_agree():
     tokens = rng.integers(0, 11, (2, 3, 4))
     mask = np.ones((2, 3, 4), np.float32)
     rewards = rng.standard_normal((2, 3, 4)).astype(np.float32)
-    a = jax.jit(otb_advantages_from_logits)(rewards, mask, logits, tokens)
+    a = jax.jit(otb_advantages_from_logits)(
+        token_rewards=rewards, response_mask=mask, logits=logits, tokens=tokens
+    )
     logp = _log_softmax_f64(logits)
     logp = np.take_along_axis(logp, tokens[..., None], -1)[..., 0].astype(np.float32)
     sum_sq = np.exp(2 * _log_softmax_f64(logits)).sum(-1).astype(np.float32)
-    b = jax.jit(otb_advantages_from_sum_sq)(rewards, mask, logp, sum_sq)
+    b = jax.jit(otb_advantages_from_sum_sq)(
+        token_rewards=rewards, response_mask=mask, log_prob=logp, sum_sq=sum_sq
+    )
     np.testing.assert_allclose(a.advantages, b.advantages, rtol=1e-5, atol=1e-5)
 
 
@@ -189,8 +198,10 @@ def test_log_prob_and_sum_sq_values_and_gradient():
 def test_returns_and_energy():
     r = np.array([[[1.0, 2.0, 3.0]]])
     m = np.array([[[1.0, 1.0, 0.0]]])
-    np.testing.assert_allclose(returns_to_go(r, m), [[[3, 2, 0]]])
-    np.testing.assert_allclose(realized_energy(r, m, is_weights=2 * m), [[[4, 12, 12]]])
+    np.testing.assert_allclose(returns_to_go(token_rewards=r, response_mask=m), [[[3, 2, 0]]])
+    np.testing.assert_allclose(
+        realized_energy(proxy=r, response_mask=m, is_weights=2 * m), [[[4, 12, 12]]]
+    )
 
 
 # Group of 4 with response 3 rejected (its score 5 must be ignored): valid scores [1, 0, 1],
@@ -230,31 +241,40 @@ def test_gradient_noise_proxy_and_diagnostics_hand_case():
     returns = np.array([[[2, 1], [1, 1]], [[0, 0], [0, 0]]], np.float32)
     mask = np.array([[[1, 1], [1, 0]], [[0, 0], [0, 0]]], np.float32)
     # group 0: (1*1 + 4*2 + 1*3) / 2 responses = 6; without baseline (4*1 + 1*2 + 1*3) / 2.
-    np.testing.assert_allclose(gradient_noise_proxy(adv, energy, mask), [6.0, 0.0])
-    d = variance_diagnostics(adv, returns, energy, mask)
+    np.testing.assert_allclose(
+        gradient_noise_proxy(advantages=adv, energy=energy, response_mask=mask), [6.0, 0.0]
+    )
+    d = variance_diagnostics(advantages=adv, returns=returns, energy=energy, response_mask=mask)
     np.testing.assert_allclose(d["noise_proxy_mean"], 3.0)
     np.testing.assert_allclose(d["noise_proxy_max"], 6.0)
     np.testing.assert_allclose(d["noise_proxy_no_baseline_mean"], 2.25)
     np.testing.assert_allclose(d["noise_reduction"], 1 - 6 / 4.5, rtol=1e-6)
     np.testing.assert_allclose(d["energy_final_mean"], 2.5)
-    empty = variance_diagnostics(adv, returns, energy, np.zeros_like(mask))
+    empty = variance_diagnostics(
+        advantages=adv, returns=returns, energy=energy, response_mask=np.zeros_like(mask)
+    )
     assert all(np.isfinite(v) and v == 0 for v in empty.values())
 
 
 def test_otb_noise_proxy_not_above_group_mean_baseline():
     # Without the zero tail OTB's B*_t minimises sum_i m (G_t - b)^2 W_t at every t, so with
     # the same energy its noise proxy cannot exceed that of the constant group-mean baseline.
-    out = otb_advantages(REWARDS, MASK, PROXY, zero_tail=False)
+    out = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY, zero_tail=False)
     mean_baseline = dr_grpo_advantages(out.returns[..., 0], MASK)
-    otb_noise = gradient_noise_proxy(out.advantages, out.energy, MASK)[0]
-    assert otb_noise < gradient_noise_proxy(mean_baseline, out.energy, MASK)[0]
+    otb_noise = gradient_noise_proxy(
+        advantages=out.advantages, energy=out.energy, response_mask=MASK
+    )[0]
+    assert (
+        otb_noise
+        < gradient_noise_proxy(advantages=mean_baseline, energy=out.energy, response_mask=MASK)[0]
+    )
 
 
 def test_bad_shapes_raise_naming_the_argument():
     with pytest.raises(ValueError, match="proxy"):
-        otb_advantages(REWARDS, MASK, PROXY[..., :3])
+        otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY[..., :3])
     with pytest.raises(ValueError, match="response_mask"):
-        otb_advantages(REWARDS[0], MASK[0], PROXY[0])
+        otb_advantages(token_rewards=REWARDS[0], response_mask=MASK[0], proxy=PROXY[0])
     with pytest.raises(ValueError, match="tokens"):
         logit_gradient_proxy(jnp.zeros((2, 3, 5)), jnp.zeros((2, 4), jnp.int32))
     with pytest.raises(TypeError, match="tokens"):
@@ -262,6 +282,13 @@ def test_bad_shapes_raise_naming_the_argument():
     with pytest.raises(ValueError, match="scores"):
         grpo_advantages(SCORES[:, :3], GMASK)
     with pytest.raises(ValueError, match="is_weights"):
-        otb_advantages(REWARDS, MASK, PROXY, is_weights=np.ones((1, 3)))
+        otb_advantages(
+            token_rewards=REWARDS, response_mask=MASK, proxy=PROXY, is_weights=np.ones((1, 3))
+        )
     with pytest.raises(ValueError, match="logits"):
-        otb_advantages_from_logits(REWARDS, MASK, jnp.zeros((1, 3, 5, 7)), jnp.zeros((1, 3, 4)))
+        otb_advantages_from_logits(
+            token_rewards=REWARDS,
+            response_mask=MASK,
+            logits=jnp.zeros((1, 3, 5, 7)),
+            tokens=jnp.zeros((1, 3, 4)),
+        )

@@ -21,7 +21,13 @@ from hyperx.llm.corrections import (
 def _run(config, log_rho, mask=None, **kw):
     log_rho = jnp.asarray(log_rho, jnp.float32)
     mask = jnp.ones_like(log_rho) if mask is None else jnp.asarray(mask, jnp.float32)
-    return rollout_correction(config, log_rho, jnp.zeros_like(log_rho), mask, **kw)
+    return rollout_correction(
+        config,
+        old_log_prob=log_rho,
+        rollout_log_prob=jnp.zeros_like(log_rho),
+        response_mask=mask,
+        **kw,
+    )
 
 
 def test_token_tis_hand_values():
@@ -48,16 +54,18 @@ def test_token_rejection_edits_mask():
     assert float(out.metrics["masked_token_fraction"]) == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize(("mode", "c", "expected"), [
-    ("seq_is", 2.0, math.exp(0.3)),
-    ("seq_tis", 1.2, 1.2),
-    ("seq_tis", 2.0, math.exp(0.3)),
-    ("seq_mis", 1.2, 0.0),
-    ("seq_mis", 2.0, math.exp(0.3)),
-])
+@pytest.mark.parametrize(
+    ("mode", "c", "expected"),
+    [
+        ("seq_is", 2.0, math.exp(0.3)),
+        ("seq_tis", 1.2, 1.2),
+        ("seq_tis", 2.0, math.exp(0.3)),
+        ("seq_mis", 1.2, 0.0),
+        ("seq_mis", 2.0, math.exp(0.3)),
+    ],
+)
 def test_sequence_weights_hand_values(mode, c, expected):
-    out = _run(CorrectionConfig(weights=mode, weight_upper=c), [[0.5, -0.2, 7.0]],
-               mask=[[1, 1, 0]])
+    out = _run(CorrectionConfig(weights=mode, weight_upper=c), [[0.5, -0.2, 7.0]], mask=[[1, 1, 0]])
     np.testing.assert_allclose(out.weights, [[expected, expected, 0.0]], rtol=1e-5)
 
 
@@ -89,58 +97,103 @@ def test_k_statistic_formulas():
     log_rho = jnp.array([0.5, -1.0])
     np.testing.assert_allclose(token_statistic("k1", log_rho), [-0.5, 1.0])
     np.testing.assert_allclose(token_statistic("k2", log_rho), [0.125, 0.5])
-    np.testing.assert_allclose(token_statistic("k3", log_rho),
-                               [math.exp(0.5) - 1.5, math.exp(-1.0) - 1 + 1.0], rtol=1e-6)
+    np.testing.assert_allclose(
+        token_statistic("k3", log_rho), [math.exp(0.5) - 1.5, math.exp(-1.0) - 1 + 1.0], rtol=1e-6
+    )
 
 
 def test_k1_bound_is_on_minus_log_rho():
     # k1 = -log rho: rho = e^{-1} has k1 = +1, rho = e has k1 = -1
     log_rho = jnp.array([[-1.0, 1.0]])
     mask = jnp.ones_like(log_rho)
-    np.testing.assert_array_equal(rejection_keep(Rejection("k1", "token", upper=0.5), log_rho,
-                                                 mask), [[0, 1]])
-    np.testing.assert_array_equal(rejection_keep(Rejection("k1", "token", lower=-0.5), log_rho,
-                                                 mask), [[1, 0]])
+    np.testing.assert_array_equal(
+        rejection_keep(Rejection("k1", "token", upper=0.5), log_rho, mask), [[0, 1]]
+    )
+    np.testing.assert_array_equal(
+        rejection_keep(Rejection("k1", "token", lower=-0.5), log_rho, mask), [[1, 0]]
+    )
 
 
-_LOG_RHO = np.array([[0.4, -0.3, 0.1, 9.0]], np.float32)
-_MASK = np.array([[1, 1, 1, 0]], np.float32)
+_LOG_RHO = np.array([[0.4, -0.3, 0.1, 9.0], [-0.4, 0.3, -0.1, -9.0]], np.float32)
+_MASK = np.array([[1, 1, 1, 0], [1, 1, 1, 0]], np.float32)
 
 
-def _expected_stat(statistic, level):
-    lr = _LOG_RHO[0, :3].astype(np.float64)
+def _expected_stat(statistic, level, row):
+    lr = _LOG_RHO[row, :3].astype(np.float64)
     per_token = {"ratio": lr, "k1": -lr, "k2": 0.5 * lr**2, "k3": np.exp(lr) - 1 - lr}[statistic]
-    agg = {"token": lambda x: x[0], "seq_sum": np.sum, "seq_mean": np.mean, "seq_max": np.max,
-           "seq_min": np.min}[level](per_token)
+    agg = {
+        "token": lambda x: x[0],
+        "seq_sum": np.sum,
+        "seq_mean": np.mean,
+        "seq_max": np.max,
+        "seq_min": np.min,
+    }[level](per_token)
     return math.exp(agg) if statistic == "ratio" else agg
 
 
 @pytest.mark.parametrize("statistic", ["ratio", "k1", "k2", "k3"])
 @pytest.mark.parametrize("level", ["token", "seq_sum", "seq_mean", "seq_max", "seq_min"])
 def test_bounds_on_both_sides(statistic, level):
-    s = _expected_stat(statistic, level)
-    eps = 1e-3 * max(abs(s), 1.0)
+    # A statistic above its on-policy value (ratio 1, k = 0) is tested against upper bounds, one
+    # below it against lower bounds; bounds that would reject rho = 1 are refused (item 5).
+    ideal = 1.0 if statistic == "ratio" else 0.0
     log_rho, mask = jnp.asarray(_LOG_RHO), jnp.asarray(_MASK)
+    sides = set()
+    for row in (0, 1):
+        s = _expected_stat(statistic, level, row)
+        eps = 1e-3 * max(abs(s), 1.0)
 
-    def kept(lower=None, upper=None):
-        keep = rejection_keep(Rejection(statistic, level, lower, upper), log_rho, mask)
-        return float(keep[0, 0])
+        def kept(lower=None, upper=None, row=row):
+            keep = rejection_keep(Rejection(statistic, level, lower, upper), log_rho, mask)
+            return float(keep[row, 0])
 
-    lo = max(s - eps, 0.0) if statistic == "ratio" else s - eps
-    assert kept(lower=lo) == 1.0
-    assert kept(lower=s + eps) == 0.0
-    assert kept(upper=s + eps) == 1.0
-    assert kept(upper=s - eps) == 0.0
-    assert kept(lower=lo, upper=s + eps) == 1.0
-    # the masked token (log rho = 9) never takes part in a sequence statistic
-    if level != "token":
-        assert float(rejection_keep(Rejection(statistic, level, lo, s + eps), log_rho,
-                                    mask)[0, 3]) == 1.0
+        if s > ideal:
+            sides.add("upper")
+            assert kept(upper=s + eps) == 1.0
+            assert kept(upper=s - eps) == 0.0
+            with pytest.raises(ValueError, match="rejects on-policy"):
+                Rejection(statistic, level, lower=s + eps)
+        else:
+            sides.add("lower")
+            assert kept(lower=s - eps) == 1.0
+            assert kept(lower=s + eps) == 0.0
+            with pytest.raises(ValueError, match="rejects on-policy"):
+                Rejection(statistic, level, upper=s - eps)
+        lo = min(s - eps, ideal) if statistic != "ratio" else max(min(s - eps, ideal), 0.0)
+        assert kept(lower=lo, upper=max(s + eps, ideal)) == 1.0
+        # the masked token (log rho = +-9) never takes part in a sequence statistic
+        if level != "token":
+            assert (
+                float(
+                    rejection_keep(
+                        Rejection(statistic, level, lo, max(s + eps, ideal)), log_rho, mask
+                    )[row, 3]
+                )
+                == 1.0
+            )
+    assert sides == ({"upper"} if statistic in ("k2", "k3") else sides)
+
+
+def test_verl_k1_bounds_are_refused_not_misread():
+    # Item 5: a verl k1 threshold "0.5_2.0" copied as Rejection("k1", ..., 0.5, 2.0) used to keep
+    # rho in [e^-2, e^-0.5] = [0.14, 0.61] and reject rho = 1; now it is an error saying why.
+    with pytest.raises(ValueError, match=r"rejects on-policy tokens \(k1 = 0 at rho = 1\).*nats"):
+        Rejection("k1", "token", 0.5, 2.0)
+    with pytest.raises(ValueError, match="rejects on-policy"):
+        Rejection("ratio", "seq_mean", 1.1, 2.0)
+    # the ratio bounds, as meant: keep 0.5 <= rho <= 2
+    keep = rejection_keep(
+        Rejection("ratio", "token", 0.5, 2.0),
+        jnp.log(jnp.array([[0.4, 1.0, 1.9, 2.1]])),
+        jnp.ones((1, 4)),
+    )
+    np.testing.assert_array_equal(keep, [[0, 1, 1, 0]])
 
 
 def test_rejections_chain_with_and():
-    cfg = CorrectionConfig(rejections=(Rejection("ratio", "token", upper=2.0),
-                                       Rejection("k1", "token", upper=0.5)))
+    cfg = CorrectionConfig(
+        rejections=(Rejection("ratio", "token", upper=2.0), Rejection("k1", "token", upper=0.5))
+    )
     out = _run(cfg, [[1.0, -1.0, 0.1]])
     np.testing.assert_array_equal(out.mask, [[0, 0, 1]])
     assert float(out.metrics["reject0_token_ratio_token_fraction"]) == pytest.approx(1 / 3)
@@ -152,8 +205,11 @@ def test_trm_sample_proxies():
     # row 0: one token with |log rho| = 0.6 > 0.5 -> whole sequence masked
     # row 1: |log rho| <= 0.3, mean k3 = (e^.3-1.3 + e^-.3-.7)/2 = 0.0453 > 0.01 -> masked
     # row 2: small mismatch -> kept
-    out = _run(cfg, [[0.0, 0.6, 0.0], [0.3, -0.3, 0.0], [0.05, -0.05, 0.0]],
-               mask=[[1, 1, 1], [1, 1, 0], [1, 1, 1]])
+    out = _run(
+        cfg,
+        [[0.0, 0.6, 0.0], [0.3, -0.3, 0.0], [0.05, -0.05, 0.0]],
+        mask=[[1, 1, 1], [1, 1, 0], [1, 1, 1]],
+    )
     np.testing.assert_array_equal(out.mask, [[0, 0, 0], [0, 0, 0], [1, 1, 1]])
     assert float(out.metrics["masked_seq_fraction"]) == pytest.approx(2 / 3)
 
@@ -162,7 +218,9 @@ def test_exact_token_kl_hand_value():
     mu = jnp.array([[[0.0, 0.0]]])
     pi = jnp.array([[[math.log(3.0), 0.0]]])
     expected = 0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)
-    np.testing.assert_allclose(token_kl(mu, pi), [[expected]], rtol=1e-5)
+    np.testing.assert_allclose(
+        token_kl(rollout_logits=mu, train_logits=pi), [[expected]], rtol=1e-5
+    )
 
 
 def test_exact_trm_masks_whole_sequence_and_ignores_padding():
@@ -171,8 +229,14 @@ def test_exact_trm_masks_whole_sequence_and_ignores_padding():
     mask = jnp.array([[1, 1, 1], [1, 1, 0]], jnp.float32)
     lp = jnp.zeros((2, 3))
     for kl, row0 in ((0.1, 0.0), (0.2, 1.0)):
-        out = rollout_correction(CorrectionConfig.trm_exact(kl), lp, lp, mask,
-                                 rollout_logits=mu, old_logits=pi)
+        out = rollout_correction(
+            CorrectionConfig.trm_exact(kl),
+            old_log_prob=lp,
+            rollout_log_prob=lp,
+            response_mask=mask,
+            rollout_logits=mu,
+            old_logits=pi,
+        )
         np.testing.assert_array_equal(out.mask, [[row0] * 3, [1, 1, 0]])
 
 
@@ -182,7 +246,9 @@ def test_topk_bucket_kl_hand_value():
     topk_lp = jnp.log(jnp.array([[[0.4, 0.3]]]))
     ids = jnp.array([[[0, 1]]])
     expected = 0.4 * math.log(1.6) + 0.3 * math.log(1.2) + 0.3 * math.log(0.6)
-    got = topk_bucket_kl(topk_lp, ids, train_logits)
+    got = topk_bucket_kl(
+        rollout_topk_log_probs=topk_lp, rollout_topk_ids=ids, train_logits=train_logits
+    )
     np.testing.assert_allclose(got, [[expected]], rtol=1e-5)
     full = float(np.sum(p_mu * np.log(p_mu / 0.25)))
     assert float(got[0, 0]) <= full
@@ -197,8 +263,10 @@ def test_topk_bucket_kl_lower_bounds_full_kl(seed, k):
     pi_logits = 2.0 * jax.random.normal(k_pi, (2, 3, 6))
     log_mu = jax.nn.log_softmax(mu_logits)
     topk_lp, ids = jax.lax.top_k(log_mu, k)
-    bucket = np.asarray(topk_bucket_kl(topk_lp, ids, pi_logits))
-    full = np.asarray(token_kl(mu_logits, pi_logits))
+    bucket = np.asarray(
+        topk_bucket_kl(rollout_topk_log_probs=topk_lp, rollout_topk_ids=ids, train_logits=pi_logits)
+    )
+    full = np.asarray(token_kl(rollout_logits=mu_logits, train_logits=pi_logits))
     # At k = V - 1 the rest bucket holds one token and the two are equal up to float32 rounding
     # of sums of ~6 terms of size ~1: allow 1e-5 relative plus 1e-5 absolute (seen: 2e-5 at 1.43).
     assert np.all(bucket <= full * (1 + 1e-5) + 1e-5)
@@ -209,21 +277,34 @@ def test_trm_from_topk_logits():
     lp = jnp.zeros((1, 1))
     topk_lp = jnp.log(jnp.array([[[0.4, 0.3]]]))
     ids = jnp.array([[[0, 1]]])
-    out = rollout_correction(CorrectionConfig.trm_exact(0.05), lp, lp, mask,
-                             old_logits=jnp.zeros((1, 1, 4)), rollout_topk_log_probs=topk_lp,
-                             rollout_topk_ids=ids)
+    out = rollout_correction(
+        CorrectionConfig.trm_exact(0.05),
+        old_log_prob=lp,
+        rollout_log_prob=lp,
+        response_mask=mask,
+        old_logits=jnp.zeros((1, 1, 4)),
+        rollout_topk_log_probs=topk_lp,
+        rollout_topk_ids=ids,
+    )
     assert float(out.mask[0, 0]) == 0.0  # bucket KL = 0.0703 > 0.05
 
 
 def test_batch_normalize_token_and_sequence():
-    out = _run(CorrectionConfig(weights="token_tis", batch_normalize=True),
-               [[0.5, -0.5, 3.0], [0.0, 0.2, 9.0]], mask=[[1, 1, 1], [1, 1, 0]])
+    out = _run(
+        CorrectionConfig(weights="token_tis", batch_normalize=True),
+        [[0.5, -0.5, 3.0], [0.0, 0.2, 9.0]],
+        mask=[[1, 1, 1], [1, 1, 0]],
+    )
     assert float(jnp.sum(out.weights) / jnp.sum(out.mask)) == pytest.approx(1.0, rel=1e-6)
-    out = _run(CorrectionConfig(weights="seq_tis", batch_normalize=True),
-               [[0.5, -0.2, 0.0], [0.1, 0.0, 0.0]], mask=[[1, 1, 1], [1, 0, 0]])
+    out = _run(
+        CorrectionConfig(weights="seq_tis", batch_normalize=True),
+        [[0.5, -0.2, 0.0], [0.1, 0.0, 0.0]],
+        mask=[[1, 1, 1], [1, 0, 0]],
+    )
     # per-sequence weights e^0.3 and e^0.1, normalised by their mean (not token-weighted)
-    np.testing.assert_allclose(out.weights[:, 0], np.exp([0.3, 0.1]) / np.mean(np.exp([0.3, 0.1])),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        out.weights[:, 0], np.exp([0.3, 0.1]) / np.mean(np.exp([0.3, 0.1])), rtol=1e-5
+    )
 
 
 def test_long_sequence_with_drift_stays_finite():
@@ -231,8 +312,12 @@ def test_long_sequence_with_drift_stays_finite():
     # far past exp's float32 range, so the sequence sum must be clamped to 20.
     t = 32_768
     log_rho = 0.01 + 0.05 * jax.random.normal(jax.random.key(0), (2, t))
-    for cfg in (CorrectionConfig(weights="seq_is"), CorrectionConfig.seq_tis(),
-                CorrectionConfig.geo_mask_token_tis(), CorrectionConfig.trm()):
+    for cfg in (
+        CorrectionConfig(weights="seq_is"),
+        CorrectionConfig.seq_tis(),
+        CorrectionConfig.geo_mask_token_tis(),
+        CorrectionConfig.trm(),
+    ):
         out = _run(cfg, log_rho)
         assert np.all(np.isfinite(out.weights))
         assert all(np.isfinite(float(v)) for v in out.metrics.values())
@@ -242,9 +327,16 @@ def test_long_sequence_with_drift_stays_finite():
 
 def test_fully_masked_batch():
     lp = jnp.full((2, 3), -jnp.inf)
-    out = rollout_correction(CorrectionConfig(weights="seq_tis", batch_normalize=True,
-                                              rejections=(Rejection("k3", "seq_mean", upper=1.),)),
-                             lp, lp, jnp.zeros((2, 3)))
+    out = rollout_correction(
+        CorrectionConfig(
+            weights="seq_tis",
+            batch_normalize=True,
+            rejections=(Rejection("k3", "seq_mean", upper=1.0),),
+        ),
+        old_log_prob=lp,
+        rollout_log_prob=lp,
+        response_mask=jnp.zeros((2, 3)),
+    )
     np.testing.assert_array_equal(out.weights, 0.0)
     np.testing.assert_array_equal(out.mask, 0.0)
     assert all(np.isfinite(float(v)) for v in out.metrics.values())
@@ -261,22 +353,30 @@ def test_jit_and_stop_gradient():
     cfg = CorrectionConfig.geo_mask_token_tis()
     log_rho = jnp.array([[0.3, -0.2], [0.1, 0.0]])
     mask = jnp.ones((2, 2))
-    jitted = jax.jit(rollout_correction, static_argnums=0)(cfg, log_rho, jnp.zeros((2, 2)), mask)
-    eager = rollout_correction(cfg, log_rho, jnp.zeros((2, 2)), mask)
+    kw = dict(rollout_log_prob=jnp.zeros((2, 2)), response_mask=mask)
+    jitted = jax.jit(rollout_correction, static_argnums=0)(cfg, old_log_prob=log_rho, **kw)
+    eager = rollout_correction(cfg, old_log_prob=log_rho, **kw)
     np.testing.assert_allclose(jitted.weights, eager.weights)
-    grad = jax.grad(lambda x: jnp.sum(rollout_correction(cfg, x, jnp.zeros((2, 2)), mask)
-                                      .weights))(log_rho)
+    grad = jax.grad(lambda x: jnp.sum(rollout_correction(cfg, old_log_prob=x, **kw).weights))(
+        log_rho
+    )
     np.testing.assert_array_equal(grad, 0.0)
 
 
-@pytest.mark.parametrize(("kwargs", "name"), [
-    ({"rollout_log_prob": jnp.zeros((2, 4))}, "rollout_log_prob"),
-    ({"response_mask": jnp.ones((3, 3))}, "response_mask"),
-    ({"old_log_prob": jnp.zeros((6,))}, "old_log_prob"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"rollout_log_prob": jnp.zeros((2, 4))}, "rollout_log_prob"),
+        ({"response_mask": jnp.ones((3, 3))}, "response_mask"),
+        ({"old_log_prob": jnp.zeros((6,))}, "old_log_prob"),
+    ],
+)
 def test_bad_shapes_name_the_argument(kwargs, name):
-    args = {"old_log_prob": jnp.zeros((2, 3)), "rollout_log_prob": jnp.zeros((2, 3)),
-            "response_mask": jnp.ones((2, 3))}
+    args = {
+        "old_log_prob": jnp.zeros((2, 3)),
+        "rollout_log_prob": jnp.zeros((2, 3)),
+        "response_mask": jnp.ones((2, 3)),
+    }
     args.update(kwargs)
     with pytest.raises(ValueError, match=name):
         rollout_correction(CorrectionConfig(), **args)
@@ -284,19 +384,26 @@ def test_bad_shapes_name_the_argument(kwargs, name):
 
 def test_trm_inputs_are_checked():
     lp, mask = jnp.zeros((2, 3)), jnp.ones((2, 3))
+    lp = dict(old_log_prob=lp, rollout_log_prob=lp, response_mask=mask)
     with pytest.raises(ValueError, match="old_logits"):
-        rollout_correction(CorrectionConfig.trm_exact(), lp, lp, mask)
+        rollout_correction(CorrectionConfig.trm_exact(), **lp)
     with pytest.raises(ValueError, match="rollout_logits"):
-        rollout_correction(CorrectionConfig.trm_exact(), lp, lp, mask,
-                           old_logits=jnp.zeros((2, 3, 5)))
+        rollout_correction(CorrectionConfig.trm_exact(), **lp, old_logits=jnp.zeros((2, 3, 5)))
     with pytest.raises(ValueError, match="rollout_logits"):
-        rollout_correction(CorrectionConfig.trm_exact(), lp, lp, mask,
-                           old_logits=jnp.zeros((2, 3, 5)), rollout_logits=jnp.zeros((2, 3, 4)))
+        rollout_correction(
+            CorrectionConfig.trm_exact(),
+            **lp,
+            old_logits=jnp.zeros((2, 3, 5)),
+            rollout_logits=jnp.zeros((2, 3, 4)),
+        )
     with pytest.raises(TypeError, match="rollout_topk_ids"):
-        rollout_correction(CorrectionConfig.trm_exact(), lp, lp, mask,
-                           old_logits=jnp.zeros((2, 3, 5)),
-                           rollout_topk_log_probs=jnp.zeros((2, 3, 2)),
-                           rollout_topk_ids=jnp.zeros((2, 3, 2)))
+        rollout_correction(
+            CorrectionConfig.trm_exact(),
+            **lp,
+            old_logits=jnp.zeros((2, 3, 5)),
+            rollout_topk_log_probs=jnp.zeros((2, 3, 2)),
+            rollout_topk_ids=jnp.zeros((2, 3, 2)),
+        )
 
 
 def test_config_validation():

@@ -18,23 +18,25 @@ from hyperx.llm.diagnostics import (
 def test_weight_metrics_hand_values():
     w = jnp.array([[1.0, 2.0], [3.0, 100.0]])
     m = jnp.array([[1.0, 1.0], [1.0, 0.0]])
-    out = weight_metrics(w, m)
+    out = weight_metrics(weights=w, mask=m)
     assert float(out["weight_mean"]) == pytest.approx(2.0)
     assert float(out["weight_std"]) == pytest.approx(math.sqrt(2 / 3), rel=1e-6)
     assert float(out["weight_min"]) == 1.0
     assert float(out["weight_max"]) == 3.0
     assert float(out["ess"]) == pytest.approx(36 / (3 * 14), rel=1e-6)
-    assert float(weight_metrics(jnp.ones((2, 2)), jnp.ones((2, 2)))["ess"]) == pytest.approx(1.0)
+    assert float(
+        weight_metrics(weights=jnp.ones((2, 2)), mask=jnp.ones((2, 2)))["ess"]
+    ) == pytest.approx(1.0)
 
 
 def test_mask_metrics_hand_values():
     valid = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
     kept = jnp.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    out = mask_metrics(valid, kept)
+    out = mask_metrics(response_mask=valid, mask=kept)
     assert float(out["masked_token_fraction"]) == pytest.approx(4 / 5)
     assert float(out["masked_seq_fraction"]) == pytest.approx(1 / 2)
     assert float(out["fully_masked"]) == 0.0
-    assert float(mask_metrics(valid, jnp.zeros((3, 3)))["fully_masked"]) == 1.0
+    assert float(mask_metrics(response_mask=valid, mask=jnp.zeros((3, 3)))["fully_masked"]) == 1.0
 
 
 def test_mismatch_metrics_hand_values():
@@ -42,7 +44,7 @@ def test_mismatch_metrics_hand_values():
     roll = jnp.array([[-0.5, -1.0], [-0.5, -7.0]])
     mask = jnp.array([[1.0, 1.0], [1.0, 0.0]])
     log_rho = np.array([-0.5, 0.5, 0.3])
-    out = mismatch_metrics(train, roll, mask)
+    out = mismatch_metrics(train_log_prob=train, rollout_log_prob=roll, response_mask=mask)
     assert float(out["mismatch_kl"]) == pytest.approx(np.mean(-log_rho), abs=1e-7)
     assert float(out["k3_kl"]) == pytest.approx(np.mean(np.exp(log_rho) - 1 - log_rho), rel=1e-5)
     assert float(out["rollout_ppl"]) == pytest.approx(math.exp(2.0 / 3), rel=1e-6)
@@ -55,7 +57,9 @@ def test_mismatch_metrics_hand_values():
 
 def test_chi2_seq_is_stable_for_huge_sequence_ratios():
     train = jnp.full((2, 10), 15.0)
-    out = mismatch_metrics(train, jnp.zeros((2, 10)), jnp.ones((2, 10)))
+    out = mismatch_metrics(
+        train_log_prob=train, rollout_log_prob=jnp.zeros((2, 10)), response_mask=jnp.ones((2, 10))
+    )
     # per-token log-ratios clamp at 20 are not reached (15), the sum 150 clamps to 20
     assert float(out["chi2_seq"]) == pytest.approx(math.exp(40.0) - 1, rel=1e-5)
     assert np.isfinite(float(out["chi2_token"]))
@@ -63,8 +67,15 @@ def test_chi2_seq_is_stable_for_huge_sequence_ratios():
 
 def test_correction_metrics_bound_fractions():
     train = jnp.array([[1.0, -1.0, 0.0, 0.1]])
-    out = correction_metrics(train, jnp.zeros((1, 4)), jnp.ones((1, 4)), jnp.ones((1, 4)),
-                             jnp.ones((1, 4)), lower=0.5, upper=2.0)
+    out = correction_metrics(
+        train_log_prob=train,
+        rollout_log_prob=jnp.zeros((1, 4)),
+        response_mask=jnp.ones((1, 4)),
+        weights=jnp.ones((1, 4)),
+        mask=jnp.ones((1, 4)),
+        lower=0.5,
+        upper=2.0,
+    )
     assert float(out["ratio_frac_above"]) == pytest.approx(0.25)  # e^1 > 2
     assert float(out["ratio_frac_below"]) == pytest.approx(0.25)  # e^-1 < 0.5
 
@@ -72,8 +83,16 @@ def test_correction_metrics_bound_fractions():
 def test_fully_masked_diagnostics_are_finite():
     x = jnp.full((2, 3), -jnp.inf)
     z = jnp.zeros((2, 3))
-    out = correction_metrics(x, x, z, z, z, lower=0.5, upper=2.0)
-    out.update(information_bandwidth(x, z))
+    out = correction_metrics(
+        train_log_prob=x,
+        rollout_log_prob=x,
+        response_mask=z,
+        weights=z,
+        mask=z,
+        lower=0.5,
+        upper=2.0,
+    )
+    out.update(information_bandwidth(advantages=x, response_mask=z))
     assert all(np.isfinite(float(v)) for v in out.values())
     assert float(out["fully_masked"]) == 1.0
     assert float(out["adv_bits_per_episode"]) == 0.0
@@ -82,15 +101,15 @@ def test_fully_masked_diagnostics_are_finite():
 def test_information_bandwidth_hand_values():
     mask = jnp.array([[1.0, 1.0, 0.0]] * 4)
     scalar = jnp.array([[1.0, 1.0, 9.0], [1.0, 1.0, 9.0], [-1.0, -1.0, 9.0], [-1.0, -1.0, 9.0]])
-    out = information_bandwidth(scalar, mask, n_bins=4)
+    out = information_bandwidth(advantages=scalar, response_mask=mask, n_bins=4)
     assert float(out["adv_bits_per_episode"]) == pytest.approx(1.0)
     assert float(out["adv_bits_per_token"]) == pytest.approx(1.0)
     assert float(out["adv_bits_episode_bound"]) == pytest.approx(2.0)
     per_token = jnp.arange(8.0).reshape(4, 2)  # 8 distinct values, one per bin
-    out = information_bandwidth(per_token, jnp.ones((4, 2)), n_bins=8)
+    out = information_bandwidth(advantages=per_token, response_mask=jnp.ones((4, 2)), n_bins=8)
     assert float(out["adv_bits_per_token"]) == pytest.approx(3.0)
     assert float(out["adv_bits_per_episode"]) == pytest.approx(2.0)  # 4 distinct means
-    const = information_bandwidth(jnp.ones((4, 3)), mask, n_bins=8)
+    const = information_bandwidth(advantages=jnp.ones((4, 3)), response_mask=mask, n_bins=8)
     assert float(const["adv_bits_per_token"]) == 0.0
 
 
@@ -98,17 +117,23 @@ def test_information_bandwidth_hand_values():
 @given(st.lists(st.floats(-5, 5, width=32), min_size=6, max_size=6), st.integers(1, 8))
 def test_information_bandwidth_is_bounded(values, n_bins):
     adv = jnp.asarray(values, jnp.float32).reshape(3, 2)
-    out = information_bandwidth(adv, jnp.ones((3, 2)), n_bins=n_bins)
+    out = information_bandwidth(advantages=adv, response_mask=jnp.ones((3, 2)), n_bins=n_bins)
     assert 0.0 <= float(out["adv_bits_per_episode"]) <= math.log2(min(3, n_bins)) + 1e-5
     assert 0.0 <= float(out["adv_bits_per_token"]) <= math.log2(min(6, n_bins)) + 1e-5
 
 
 def test_bad_shapes_name_the_argument():
     with pytest.raises(ValueError, match="rollout_log_prob"):
-        mismatch_metrics(jnp.zeros((2, 3)), jnp.zeros((2, 2)), jnp.ones((2, 3)))
+        mismatch_metrics(
+            train_log_prob=jnp.zeros((2, 3)),
+            rollout_log_prob=jnp.zeros((2, 2)),
+            response_mask=jnp.ones((2, 3)),
+        )
     with pytest.raises(ValueError, match="response_mask"):
-        information_bandwidth(jnp.zeros((2, 3)), jnp.ones((3,)))
+        information_bandwidth(advantages=jnp.zeros((2, 3)), response_mask=jnp.ones((3,)))
     with pytest.raises(ValueError, match="n_bins"):
-        information_bandwidth(jnp.zeros((2, 3)), jnp.ones((2, 3)), n_bins=0)
+        information_bandwidth(
+            advantages=jnp.zeros((2, 3)), response_mask=jnp.ones((2, 3)), n_bins=0
+        )
     with pytest.raises(ValueError, match="mask"):
-        weight_metrics(jnp.zeros((2, 3)), jnp.ones((2, 2)))
+        weight_metrics(weights=jnp.zeros((2, 3)), mask=jnp.ones((2, 2)))

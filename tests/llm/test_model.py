@@ -111,8 +111,9 @@ def test_end_to_end_otb_step_raises_rewarded_log_probs():
         def loss(p):
             logits = model.apply(p, tokens)[:, :-1]
             lp, sum_sq = log_prob_and_sum_sq(logits, tokens[:, 1:])
-            proxy = logit_gradient_proxy_from_sum_sq(lp, sum_sq)
-            adv = otb_advantages(rewards[None], mask[None], proxy[None]).advantages[0]
+            proxy = logit_gradient_proxy_from_sum_sq(log_prob=lp, sum_sq=sum_sq)
+            adv = otb_advantages(token_rewards=rewards[None], response_mask=mask[None],
+                                 proxy=proxy[None]).advantages[0]
             return -jnp.sum(adv * lp * mask) / jnp.sum(mask)
 
         grads = jax.grad(loss)(p)

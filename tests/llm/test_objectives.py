@@ -23,7 +23,13 @@ def test_reinforce_gradient_is_minus_w_a_over_n():
     adv = jnp.array([[1.0, -2.0, 0.5], [3.0, 1.0, 4.0]])
     w = jnp.array([[0.5, 2.0, 1.0], [1.5, 1.0, 7.0]])
     cfg = ObjectiveConfig(loss="reinforce")
-    loss, grad = jax.value_and_grad(lambda x: policy_loss(cfg, x, None, adv, MASK, w).loss)(lp)
+    loss, grad = jax.value_and_grad(
+        lambda x: (
+            policy_loss(
+                cfg, log_prob=x, old_log_prob=None, advantages=adv, mask=MASK, weights=w
+            ).loss
+        )
+    )(lp)
     np.testing.assert_allclose(grad, -w * adv * MASK / 5.0, rtol=1e-6)
     assert float(loss) == pytest.approx(float(-jnp.sum(w * adv * lp * MASK) / 5.0), rel=1e-6)
 
@@ -37,13 +43,21 @@ def test_ppo_clip_gradient_by_case():
     mask = jnp.ones((1, 4))
     w = jnp.array([[2.0, 1.0, 1.0, 0.5]])
     cfg = ObjectiveConfig(loss="ppo", clip_eps=0.2)
-    out, grad = jax.value_and_grad(lambda x: policy_loss(cfg, x, old, adv, mask, w).loss)(lp)
+    out, grad = jax.value_and_grad(
+        lambda x: (
+            policy_loss(
+                cfg, log_prob=x, old_log_prob=old, advantages=adv, mask=mask, weights=w
+            ).loss
+        )
+    )(lp)
     r = np.exp([0.1, 0.4, -0.4, 0.4])
     expected = np.array([-2.0 * r[0], 0.0, 0.0, 0.5 * r[3]]) / 4.0
     np.testing.assert_allclose(grad[0], expected, rtol=1e-6)
     hand = (-2.0 * r[0] - 1.2 + 0.8 * 1.0 * -1 * -1 + 0.5 * r[3]) / 4.0
     assert float(out) == pytest.approx(hand, rel=1e-6)
-    metrics = policy_loss(cfg, lp, old, adv, mask, w).metrics
+    metrics = policy_loss(
+        cfg, log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, weights=w
+    ).metrics
     assert float(metrics["clipped_fraction"]) == pytest.approx(0.5)
 
 
@@ -53,7 +67,12 @@ def test_dual_clip_caps_negative_advantage_loss():
     adv = jnp.array([[-1.0, -1.0]])
     cfg = ObjectiveConfig(loss="ppo", dual_clip=3.0)
     loss, grad = jax.value_and_grad(
-        lambda x: policy_loss(cfg, x, old, adv, jnp.ones((1, 2))).loss)(lp)
+        lambda x: (
+            policy_loss(
+                cfg, log_prob=x, old_log_prob=old, advantages=adv, mask=jnp.ones((1, 2))
+            ).loss
+        )
+    )(lp)
     assert float(loss) == pytest.approx((3.0 + 2.0) / 2)  # min(4, 3) and 2
     np.testing.assert_allclose(grad, [[0.0, 1.0]], rtol=1e-6)  # d(r)/dlp = r = 2, / 2 tokens
 
@@ -62,11 +81,21 @@ def test_asymmetric_clip():
     old = jnp.zeros((1, 1))
     lp = jnp.array([[0.25]])
     adv = jnp.ones((1, 1))
-    loss = policy_loss(ObjectiveConfig(clip_eps=0.2, clip_eps_high=0.28), lp, old, adv,
-                       jnp.ones((1, 1))).loss
+    loss = policy_loss(
+        ObjectiveConfig(clip_eps=0.2, clip_eps_high=0.28),
+        log_prob=lp,
+        old_log_prob=old,
+        advantages=adv,
+        mask=jnp.ones((1, 1)),
+    ).loss
     assert float(loss) == pytest.approx(-1.28, rel=1e-6)  # r = e^0.25 = 1.284 > 1 + 0.28
-    loss = policy_loss(ObjectiveConfig(clip_eps=0.2, clip_eps_high=0.3), lp, old, adv,
-                       jnp.ones((1, 1))).loss
+    loss = policy_loss(
+        ObjectiveConfig(clip_eps=0.2, clip_eps_high=0.3),
+        log_prob=lp,
+        old_log_prob=old,
+        advantages=adv,
+        mask=jnp.ones((1, 1)),
+    ).loss
     assert float(loss) == pytest.approx(-math.exp(0.25), rel=1e-6)
 
 
@@ -76,7 +105,9 @@ def test_sequence_ratio_gradient():
     lp = jnp.array([[0.02, -0.01, 0.05], [0.03, -0.03, 0.0]])
     adv = jnp.array([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]])
     cfg = ObjectiveConfig(sequence_ratio=True, clip_eps=0.2)
-    grad = jax.grad(lambda x: policy_loss(cfg, x, old, adv, MASK).loss)(lp)
+    grad = jax.grad(
+        lambda x: policy_loss(cfg, log_prob=x, old_log_prob=old, advantages=adv, mask=MASK).loss
+    )(lp)
     r = np.exp([0.06 / 3, 0.0])
     n = np.array([3.0, 2.0])
     # d/dlp_t of -(1/5) * n_i A_i r_i = -(1/5) A_i r_i  (the 1/n_i of the mean cancels n_i)
@@ -96,8 +127,11 @@ def test_aggregation_modes_hand_values_and_denominator_rule():
         "seq-mean-token-sum-norm": (3 + 9) / 3 / 2,
     }
     for agg, value in expected.items():
-        assert float(aggregate_loss(loss_mat, mask, agg)) == pytest.approx(value), agg
-    assert float(aggregate_loss(loss_mat, mask, "seq-mean-token-sum-norm", max_length=6)) == 1.0
+        assert float(aggregate_loss(loss_mat, mask=mask, agg=agg)) == pytest.approx(value), agg
+    assert (
+        float(aggregate_loss(loss_mat, mask=mask, agg="seq-mean-token-sum-norm", max_length=6))
+        == 1.0
+    )
 
 
 @pytest.mark.parametrize("agg", AGGREGATIONS)
@@ -114,11 +148,20 @@ def test_micro_batch_invariance(agg):
     den = loss_denominator(agg, mask)
 
     def full(x):
-        return policy_loss(cfg, x, old, adv, mask).loss
+        return policy_loss(cfg, log_prob=x, old_log_prob=old, advantages=adv, mask=mask).loss
 
     def micro(x):
-        return sum(policy_loss(cfg, x[i:i + 2], old[i:i + 2], adv[i:i + 2], mask[i:i + 2],
-                               denominator=den).loss for i in range(0, b, 2))
+        return sum(
+            policy_loss(
+                cfg,
+                log_prob=x[i : i + 2],
+                old_log_prob=old[i : i + 2],
+                advantages=adv[i : i + 2],
+                mask=mask[i : i + 2],
+                denominator=den,
+            ).loss
+            for i in range(0, b, 2)
+        )
 
     lf, gf = jax.value_and_grad(full)(lp)
     lm, gm = jax.value_and_grad(micro)(lp)
@@ -129,9 +172,11 @@ def test_micro_batch_invariance(agg):
 def test_token_mean_without_global_denominator_is_not_invariant():
     loss_mat = jnp.array([[1.0, 1.0], [3.0, 0.0]])
     mask = jnp.array([[1.0, 1.0], [1.0, 0.0]])
-    full = aggregate_loss(loss_mat, mask, "token-mean")
-    halves = 0.5 * sum(aggregate_loss(loss_mat[i:i + 1], mask[i:i + 1], "token-mean")
-                       for i in range(2))
+    full = aggregate_loss(loss_mat, mask=mask, agg="token-mean")
+    halves = 0.5 * sum(
+        aggregate_loss(loss_mat[i : i + 1], mask=mask[i : i + 1], agg="token-mean")
+        for i in range(2)
+    )
     assert float(full) == pytest.approx(5 / 3)
     assert float(halves) == pytest.approx(2.0)
 
@@ -142,8 +187,18 @@ def test_bypass_ppo_does_not_apply_weights_twice():
     adv = jnp.array([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0]])
     obj = ObjectiveConfig(loss="ppo")
     corr = CorrectionConfig(weights="token_tis", bypass=True)
-    got = corrected_policy_loss(obj, corr, lp, None, mu, adv, MASK).loss
-    expected = policy_loss(obj, lp, mu, adv, MASK).loss  # ratio pi_theta / mu, no weights
+    got = corrected_policy_loss(
+        obj,
+        corr,
+        log_prob=lp,
+        old_log_prob=None,
+        rollout_log_prob=mu,
+        advantages=adv,
+        response_mask=MASK,
+    ).loss
+    expected = policy_loss(
+        obj, log_prob=lp, old_log_prob=mu, advantages=adv, mask=MASK
+    ).loss  # ratio pi_theta / mu, no weights
     assert float(got) == pytest.approx(float(expected), rel=1e-6)
 
 
@@ -155,14 +210,37 @@ def test_bypass_reinforce_stop_gradient():
     adv = jnp.array([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0]])
     obj = ObjectiveConfig(loss="reinforce")
     corr = CorrectionConfig(weights="token_is", bypass=True)
-    grad = jax.grad(lambda x: corrected_policy_loss(obj, corr, x, None, mu, adv, MASK).loss)(lp)
+    grad = jax.grad(
+        lambda x: (
+            corrected_policy_loss(
+                obj,
+                corr,
+                log_prob=x,
+                old_log_prob=None,
+                rollout_log_prob=mu,
+                advantages=adv,
+                response_mask=MASK,
+            ).loss
+        )
+    )(lp)
     w = jnp.exp(lp - mu)
     correct = -w * adv * MASK / 5.0
     without_sg = jax.grad(lambda x: -jnp.sum(jnp.exp(x - mu) * adv * x * MASK) / 5.0)(lp)
     np.testing.assert_allclose(grad, correct, rtol=1e-6)
     assert not np.allclose(without_sg, correct, rtol=1e-3)
     # policy_loss itself stops the gradient even when handed differentiable weights
-    grad2 = jax.grad(lambda x: policy_loss(obj, x, None, adv, MASK, jnp.exp(x - mu)).loss)(lp)
+    grad2 = jax.grad(
+        lambda x: (
+            policy_loss(
+                obj,
+                log_prob=x,
+                old_log_prob=None,
+                advantages=adv,
+                mask=MASK,
+                weights=jnp.exp(x - mu),
+            ).loss
+        )
+    )(lp)
     np.testing.assert_allclose(grad2, correct, rtol=1e-6)
 
 
@@ -173,9 +251,19 @@ def test_decoupled_uses_weights_and_pi_old_anchor():
     adv = jnp.array([[1.0, 1.0]])
     mask = jnp.ones((1, 2))
     obj = ObjectiveConfig()
-    out = corrected_policy_loss(obj, CorrectionConfig.token_tis(1.5), lp, old, mu, adv, mask)
+    out = corrected_policy_loss(
+        obj,
+        CorrectionConfig.token_tis(1.5),
+        log_prob=lp,
+        old_log_prob=old,
+        rollout_log_prob=mu,
+        advantages=adv,
+        response_mask=mask,
+    )
     w = jnp.array([[1.5, 1.0]])
-    expected = policy_loss(obj, lp, old, adv, mask, w).loss
+    expected = policy_loss(
+        obj, log_prob=lp, old_log_prob=old, advantages=adv, mask=mask, weights=w
+    ).loss
     assert float(out.loss) == pytest.approx(float(expected), rel=1e-6)
     assert "ess" in out.metrics and "clipped_fraction" in out.metrics
 
@@ -185,8 +273,15 @@ def test_fully_masked_batch_gives_zero_loss_and_gradient(loss):
     lp = jnp.full((2, 3), -jnp.inf)
     mask = jnp.zeros((2, 3))
     obj = ObjectiveConfig(loss=loss, agg="seq-mean-token-mean")
-    fn = lambda x: corrected_policy_loss(obj, CorrectionConfig.seq_tis(), x, x, x, jnp.ones((2, 3)),
-                                         mask)
+    fn = lambda x: corrected_policy_loss(
+        obj,
+        CorrectionConfig.seq_tis(),
+        log_prob=x,
+        old_log_prob=x,
+        rollout_log_prob=x,
+        advantages=jnp.ones((2, 3)),
+        response_mask=mask,
+    )
     (value, out), grad = jax.value_and_grad(lambda x: (fn(x).loss, fn(x)), has_aux=True)(lp)
     assert float(value) == 0.0
     np.testing.assert_array_equal(grad, 0.0)
@@ -204,7 +299,17 @@ def test_long_sequence_with_drift_gives_finite_loss():
     mask = jnp.ones((2, t))
     for corr in (CorrectionConfig(weights="seq_is"), CorrectionConfig.seq_tis()):
         for obj in (ObjectiveConfig(), ObjectiveConfig(loss="reinforce", agg="seq-mean-token-sum")):
-            fn = lambda x, c=corr, o=obj: corrected_policy_loss(o, c, x, old, mu, mask, mask).loss
+            fn = lambda x, c=corr, o=obj: (
+                corrected_policy_loss(
+                    o,
+                    c,
+                    log_prob=x,
+                    old_log_prob=old,
+                    rollout_log_prob=mu,
+                    advantages=mask,
+                    response_mask=mask,
+                ).loss
+            )
             loss, grad = jax.value_and_grad(fn)(lp)
             assert np.isfinite(float(loss))
             assert np.all(np.isfinite(grad))
@@ -213,14 +318,31 @@ def test_long_sequence_with_drift_gives_finite_loss():
 def test_bad_inputs_name_the_argument():
     x = jnp.zeros((2, 3))
     with pytest.raises(ValueError, match="advantages"):
-        policy_loss(ObjectiveConfig(), x, x, jnp.zeros((2, 4)), x)
+        policy_loss(
+            ObjectiveConfig(), log_prob=x, old_log_prob=x, advantages=jnp.zeros((2, 4)), mask=x
+        )
     with pytest.raises(ValueError, match="old_log_prob"):
-        policy_loss(ObjectiveConfig(), x, None, x, x)
+        policy_loss(ObjectiveConfig(), log_prob=x, old_log_prob=None, advantages=x, mask=x)
     with pytest.raises(ValueError, match="weights"):
-        policy_loss(ObjectiveConfig(), x, x, x, x, jnp.zeros((3,)))
+        policy_loss(
+            ObjectiveConfig(),
+            log_prob=x,
+            old_log_prob=x,
+            advantages=x,
+            mask=x,
+            weights=jnp.zeros((3,)),
+        )
     with pytest.raises(ValueError, match="agg"):
         ObjectiveConfig(agg="mean")
     with pytest.raises(ValueError, match="dual_clip"):
         ObjectiveConfig(dual_clip=0.5)
     with pytest.raises(ValueError, match="old_log_prob"):
-        corrected_policy_loss(ObjectiveConfig(), CorrectionConfig(), x, None, x, x, x)
+        corrected_policy_loss(
+            ObjectiveConfig(),
+            CorrectionConfig(),
+            log_prob=x,
+            old_log_prob=None,
+            rollout_log_prob=x,
+            advantages=x,
+            response_mask=x,
+        )

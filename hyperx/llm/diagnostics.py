@@ -65,7 +65,7 @@ def _log_mean_exp(log_x: Array, mask: Array) -> Array:
 
 def saturating_exp(log_x: Array) -> Array:
     """``exp(log_x)``, saturating at the dtype's largest finite value instead of overflowing."""
-    return jnp.exp(jnp.minimum(log_x, np.log(jnp.finfo(log_x.dtype).max)))
+    return jnp.minimum(jnp.exp(log_x), jnp.finfo(log_x.dtype).max)
 
 
 def mismatch_metrics(*, train_log_prob: Array, rollout_log_prob: Array, response_mask: Array,

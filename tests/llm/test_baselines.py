@@ -292,3 +292,116 @@ def test_bad_shapes_raise_naming_the_argument():
             logits=jnp.zeros((1, 3, 5, 7)),
             tokens=jnp.zeros((1, 3, 4)),
         )
+
+
+# --- issue 12 items 1, 7, 8 and issue 13 item 8 -------------------------------------------
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.mark.parametrize("zero_tail", [True, False])
+def test_lone_valid_response_keeps_its_return(zero_tail):
+    # Item 1: with zero_tail=False a group with one valid response got a baseline equal to its
+    # own return (advantage 0); the docs and verl (singleton group) give it its return.
+    rewards = np.zeros((1, 2, 3), np.float32)
+    rewards[0, 0, 2] = 1.0
+    mask = np.array([[[1, 1, 1], [0, 0, 0]]], np.float32)
+    out = otb_advantages_from_sum_sq(token_rewards=rewards, response_mask=mask,
+                                     log_prob=np.log(np.full((1, 2, 3), 0.5, np.float32)),
+                                     sum_sq=np.full((1, 2, 3), 0.5, np.float32),
+                                     zero_tail=zero_tail)
+    np.testing.assert_allclose(out.advantages[0], [[1, 1, 1], [0, 0, 0]])
+
+
+def test_zero_tail_false_keeps_the_baseline_in_the_tail():
+    # past the second-longest response only response 0 is alive: zero_tail=False uses its own
+    # return there (advantage 0, as verl's handle_zero_tail=False), zero_tail=True uses 0
+    off = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY, zero_tail=False)
+    on = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY)
+    assert float(off.advantages[0, 0, 3]) == pytest.approx(0.0, abs=1e-6)
+    assert float(on.advantages[0, 0, 3]) == pytest.approx(1.0)
+
+
+def test_multi_turn_otb_aligns_by_valid_token_rank():
+    # Item 7 (verl's tir_optimal_token_baseline). Response A: mask [1, 0, 1, 1] (a tool response
+    # at position 1), reward 1 on its last token; B: mask [1, 1, 0, 0], reward 0; proxy w = 1.
+    # Ranks of valid tokens: A -> positions 0, 2, 3; B -> positions 0, 1.
+    # W: A = 1, 2, 3 at ranks 0, 1, 2; B = 1, 2. G: A = 1, B = 0.
+    # Rank 0: B* = (1*1 + 0*1) / 2 = 0.5; rank 1: (1*2 + 0*2) / 4 = 0.5; rank 2: only A alive
+    # -> zero tail, B* = 0.
+    mask = np.array([[[1, 0, 1, 1], [1, 1, 0, 0]]], np.float32)
+    rewards = np.array([[[0, 0, 0, 1], [0, 0, 0, 0]]], np.float32)
+    proxy = np.ones((1, 2, 4), np.float32)
+    out = otb_advantages(token_rewards=rewards, response_mask=mask, proxy=proxy, multi_turn=True)
+    np.testing.assert_allclose(out.advantages[0], [[0.5, 0, 0.5, 1.0], [-0.5, -0.5, 0, 0]],
+                               rtol=1e-6)
+    np.testing.assert_allclose(out.baselines[0], [[0.5, 0, 0.5, 0], [0.5, 0.5, 0, 0]], rtol=1e-6)
+    off = otb_advantages(token_rewards=rewards, response_mask=mask, proxy=proxy, multi_turn=True,
+                         zero_tail=False)
+    np.testing.assert_allclose(off.advantages[0, 0], [0.5, 0, 0.5, 0.0], rtol=1e-6, atol=1e-7)
+    # position-aligned OTB pairs A's position 2 with B's padding instead: a different answer
+    pos = otb_advantages(token_rewards=rewards, response_mask=mask, proxy=proxy)
+    assert not np.allclose(pos.advantages, out.advantages)
+    # with contiguous masks the two alignments agree
+    same = otb_advantages(token_rewards=REWARDS, response_mask=MASK, proxy=PROXY, multi_turn=True)
+    np.testing.assert_allclose(same.advantages, ADV, rtol=1e-6)
+
+
+def _np_otb(rewards, mask, proxy):
+    g = np.flip(np.cumsum(np.flip(rewards * mask, -1), -1), -1)
+    w = np.cumsum(proxy * mask, -1)
+    num, den = np.sum(g * w * mask, 1, keepdims=True), np.sum(w * mask, 1, keepdims=True) + 1e-8
+    alive = np.sum(mask, 1, keepdims=True)
+    b = np.where(alive >= 2, num / den, 0.0)
+    return (g - b) * mask
+
+
+def test_float64_baselines_match_numpy(x64):
+    # Item 8: every baseline computed and returned float32.
+    rng = np.random.default_rng(3)
+    mask = (np.arange(5)[None, None] < rng.integers(1, 6, (2, 3))[..., None]).astype(np.float64)
+    rewards = rng.standard_normal((2, 3, 5))
+    logits = rng.standard_normal((2, 3, 5, 7))
+    tokens = rng.integers(0, 7, (2, 3, 5))
+    p = np.exp(logits) / np.sum(np.exp(logits), -1, keepdims=True)
+    sum_sq = np.sum(p**2, -1)
+    proxy = 1 - 2 * np.take_along_axis(p, tokens[..., None], -1)[..., 0] + sum_sq
+    got_sq = sum_squared_probs(jnp.asarray(logits))
+    got_proxy = logit_gradient_proxy(jnp.asarray(logits), jnp.asarray(tokens))
+    assert got_sq.dtype == got_proxy.dtype == jnp.float64
+    np.testing.assert_allclose(got_sq, sum_sq, rtol=1e-9)
+    np.testing.assert_allclose(got_proxy, proxy, rtol=1e-9)
+    out = otb_advantages_from_logits(token_rewards=jnp.asarray(rewards),
+                                     response_mask=jnp.asarray(mask), logits=jnp.asarray(logits),
+                                     tokens=jnp.asarray(tokens))
+    assert out.advantages.dtype == out.energy.dtype == jnp.float64
+    np.testing.assert_allclose(out.advantages, _np_otb(rewards, mask, proxy), rtol=1e-9,
+                               atol=1e-12)
+    scores = rng.standard_normal((2, 3))
+    mean = scores.mean(1, keepdims=True)
+    std = scores.std(1, ddof=1, keepdims=True)
+    for fn, ref in ((grpo_advantages, (scores - mean) / (std + 1e-6)),
+                    (dr_grpo_advantages, scores - mean),
+                    (rloo_advantages, 1.5 * (scores - mean))):
+        got = fn(jnp.asarray(scores), jnp.asarray(mask))
+        assert got.dtype == jnp.float64
+        np.testing.assert_allclose(got, ref[..., None] * mask, rtol=1e-9, atol=1e-12)
+
+
+def test_non_finite_grpo_score_is_an_error():
+    # Issue 13 item 8: one NaN score made its whole group NaN, silently.
+    scores = np.array([[1.0, np.nan, 0.0]], np.float32)
+    mask = np.ones((1, 3, 2), np.float32)
+    with pytest.raises(ValueError, match=r"^scores: expected finite values"):
+        grpo_advantages(scores, mask)
+    # the NaN belongs to a rejected response: ignored
+    mask[0, 1] = 0
+    assert np.all(np.isfinite(grpo_advantages(scores, mask)))
+    with pytest.raises(ValueError, match=r"^token_rewards: expected finite values"):
+        otb_advantages(token_rewards=np.full((1, 2, 2), np.inf, np.float32),
+                       response_mask=np.ones((1, 2, 2), np.float32),
+                       proxy=np.ones((1, 2, 2), np.float32))

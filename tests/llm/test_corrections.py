@@ -418,3 +418,177 @@ def test_config_validation():
     with pytest.raises(ValueError, match="weight_lower"):
         CorrectionConfig(weights="token_mis", weight_lower=3.0, weight_upper=2.0)
     assert hash(CorrectionConfig.trm()) == hash(CorrectionConfig.trm())
+
+
+# --- issue 12 items 3, 4, 8 and issue 13 item 8 -------------------------------------------
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        (dict(weights="token_tis", weight_upper=True), TypeError, "weight_upper"),
+        (dict(weights="token_tis", weight_upper="2.0"), TypeError, "weight_upper"),
+        (dict(weights="token_tis", weight_upper=float("nan")), ValueError, "weight_upper"),
+        (dict(weights="token_mis", weight_lower=False), TypeError, "weight_lower"),
+        (dict(weights="token_mis", weight_lower=float("-inf")), ValueError, "weight_lower"),
+        (dict(trm_kl=float("inf")), ValueError, "trm_kl"),
+        (dict(trm_kl=True), TypeError, "trm_kl"),
+        (dict(batch_normalize=1), TypeError, "batch_normalize"),
+        (dict(bypass="yes"), TypeError, "bypass"),
+        (dict(rejections=[Rejection("k3", "token", upper=1.0)]), TypeError, "rejections"),
+    ],
+)
+def test_config_numbers_refuse_bools_strings_and_non_finite(kwargs, error, name):
+    # Item 3: weight_upper=True used to clip silently at 1.0.
+    with pytest.raises(error, match=f"^{name}:") as info:
+        CorrectionConfig(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [True, "1.0", float("nan"), float("inf")])
+def test_rejection_bounds_refuse_bools_strings_and_non_finite(bad):
+    with pytest.raises((TypeError, ValueError), match="^(lower|upper):"):
+        Rejection("ratio", "token", upper=bad)
+    with pytest.raises((TypeError, ValueError), match="^(lower|upper):"):
+        Rejection("k1", "token", lower=bad)
+
+
+def test_log_prob_arguments_are_keyword_only():
+    # Item 4: rollout_correction(config, a, b, mask) with the two log-probs swapped was silent.
+    lp = jnp.zeros((1, 2))
+    with pytest.raises(TypeError, match="positional"):
+        rollout_correction(CorrectionConfig(), lp, lp, jnp.ones((1, 2)))
+    with pytest.raises(TypeError, match="positional"):
+        token_kl(jnp.zeros((1, 1, 2)), jnp.zeros((1, 1, 2)))
+
+
+def _np_log_rho(old, roll, mask):
+    return np.clip(np.where(mask > 0, old - roll, 0.0), -20.0, 20.0)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        CorrectionConfig.token_tis(1.3),
+        CorrectionConfig(weights="token_is"),
+        CorrectionConfig.icepop(0.8, 1.2),
+        CorrectionConfig.seq_tis(1.1),
+        CorrectionConfig(weights="seq_mis", weight_lower=0.7, weight_upper=1.5),
+        CorrectionConfig.geo_mask_token_tis(0.9, 1.1, c=1.2),
+        CorrectionConfig(weights="token_tis", batch_normalize=True),
+        CorrectionConfig.trm(delta=0.5, kl=0.02),
+    ],
+)
+def test_float64_in_float64_out_matches_numpy(x64, config):
+    # Item 8: float64 inputs were computed in and returned as float32.
+    rng = np.random.default_rng(0)
+    old = -np.abs(rng.standard_normal((3, 5)))
+    roll = old + 0.3 * rng.standard_normal((3, 5))
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], np.int32)
+    out = rollout_correction(config, old_log_prob=jnp.asarray(old),
+                             rollout_log_prob=jnp.asarray(roll), response_mask=jnp.asarray(mask))
+    assert out.weights.dtype == out.mask.dtype == jnp.float64
+    assert all(v.dtype == jnp.float64 for v in out.metrics.values())
+    lr = _np_log_rho(old, roll, mask)
+    valid = mask > 0
+    keep = np.ones_like(lr)
+    for rule in config.rejections:
+        stat = {"ratio": lr, "k1": -lr, "k2": 0.5 * lr**2, "k3": np.expm1(lr) - lr}[
+            rule.statistic]
+        if rule.level != "token":
+            stat = np.where(valid, stat, np.nan)
+            agg = {"seq_mean": np.nanmean, "seq_max": np.nanmax, "seq_sum": np.nansum}[
+                rule.level](stat, axis=1)
+            stat = np.broadcast_to(agg[:, None], lr.shape)
+        lo = -np.inf if rule.lower is None else rule.lower
+        hi = np.inf if rule.upper is None else rule.upper
+        if rule.statistic == "ratio":
+            lo, hi = np.log(lo) if lo > 0 else -np.inf, np.log(hi)
+        keep = keep * ((stat >= lo) & (stat <= hi))
+    kept = valid & (keep > 0)
+    if config.weights.startswith("seq"):
+        log_w = np.broadcast_to(np.clip(np.sum(lr * valid, 1), -20, 20)[:, None], lr.shape)
+    else:
+        log_w = lr
+    w = np.exp(log_w) if config.weights != "none" else np.ones_like(lr)
+    if config.weights.endswith("tis"):
+        w = np.minimum(w, config.weight_upper)
+    elif config.weights.endswith("mis"):
+        lo = config.weight_lower
+        w = np.where((w <= config.weight_upper) & (w >= (lo or 0.0)), w, 0.0)
+    if config.batch_normalize:
+        w = w / (np.sum(w * kept) / np.sum(kept))
+    np.testing.assert_allclose(out.weights, np.where(kept, w, 0.0), rtol=1e-9, atol=0)
+    np.testing.assert_array_equal(out.mask, kept.astype(np.float64))
+    np.testing.assert_allclose(float(out.metrics["mismatch_kl"]), np.mean(-lr[valid]),
+                               rtol=1e-9)
+    np.testing.assert_allclose(float(out.metrics["k3_kl"]),
+                               np.mean((np.expm1(lr) - lr)[valid]), rtol=1e-9)
+
+
+def test_integer_mask_gives_float32_and_bf16_is_computed_in_float32():
+    lp = jnp.zeros((1, 2), jnp.bfloat16)
+    out = rollout_correction(CorrectionConfig.token_tis(), old_log_prob=lp, rollout_log_prob=lp,
+                             response_mask=jnp.ones((1, 2), jnp.int32))
+    assert out.weights.dtype == out.mask.dtype == jnp.float32
+
+
+def test_token_kl_float64(x64):
+    mu = jnp.array([[[0.0, 0.0]]], jnp.float64)
+    pi = jnp.array([[[math.log(3.0), 0.0]]], jnp.float64)
+    expected = 0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)
+    got = token_kl(rollout_logits=mu, train_logits=pi)
+    assert got.dtype == jnp.float64
+    np.testing.assert_allclose(got, [[expected]], rtol=1e-12)
+
+
+def test_non_finite_log_prob_at_a_valid_token_is_an_error():
+    # Issue 13 item 8: a NaN log-prob gave NaN weights and metrics with no error.
+    old = jnp.array([[0.0, jnp.nan, -jnp.inf]])
+    mask = jnp.array([[1.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match=r"^old_log_prob: expected finite values"):
+        rollout_correction(CorrectionConfig.token_tis(), old_log_prob=old,
+                           rollout_log_prob=jnp.zeros((1, 3)), response_mask=mask)
+    # padding may hold anything (here NaN and -inf): not an error
+    ok = rollout_correction(CorrectionConfig.token_tis(), old_log_prob=old.at[0, 1].set(0.0),
+                            rollout_log_prob=jnp.zeros((1, 3)), response_mask=mask)
+    assert np.isfinite(float(ok.metrics["mismatch_kl"]))
+
+
+def test_checked_mode_under_jit_names_the_argument():
+    from hyperx._validation import checked
+
+    cfg = CorrectionConfig.token_tis()
+    f = jax.jit(lambda old, roll, m: rollout_correction(
+        cfg, old_log_prob=old, rollout_log_prob=roll, response_mask=m, check_finite=True).weights)
+    roll = jnp.array([[0.0, jnp.inf]])
+    err, _ = checked(f)(jnp.zeros((1, 2)), roll, jnp.ones((1, 2)))
+    with pytest.raises(Exception, match="rollout_log_prob: expected finite values"):
+        err.throw()
+    err, _ = checked(f)(jnp.zeros((1, 2)), roll, jnp.array([[1.0, 0.0]]))
+    err.throw()  # the inf sits at padding: no error
+    # unchecked under jit: the NaN propagates to the metrics, as documented
+    g = jax.jit(lambda old: rollout_correction(cfg, old_log_prob=old, rollout_log_prob=roll,
+                                               response_mask=jnp.ones((1, 2))).metrics)
+    assert not np.isfinite(float(g(jnp.zeros((1, 2)))["mismatch_kl"]))
+
+
+def test_empty_batch_is_a_one_line_error():
+    # Issue 13 item 11: B = 0 gave a numpy/MLIR error.
+    with pytest.raises(ValueError, match=r"^old_log_prob: expected at least one response"):
+        rollout_correction(CorrectionConfig(), old_log_prob=jnp.zeros((0, 3)),
+                           rollout_log_prob=jnp.zeros((0, 3)), response_mask=jnp.ones((0, 3)))
+
+
+def test_non_binary_response_mask_is_carried_as_token_weights():
+    out = _run(CorrectionConfig.token_rejection(0.5, 2.0), [[0.0, 0.1, 3.0]],
+               mask=[[2.0, 0.5, 1.0]])
+    np.testing.assert_allclose(out.mask, [[2.0, 0.5, 0.0]])
+    np.testing.assert_allclose(out.weights, [[1.0, 1.0, 0.0]])  # weights are not scaled by it
+    assert float(out.metrics["masked_token_fraction"]) == pytest.approx(1 / 3)

@@ -1,5 +1,6 @@
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -137,3 +138,89 @@ def test_bad_shapes_name_the_argument():
         )
     with pytest.raises(ValueError, match="mask"):
         weight_metrics(weights=jnp.zeros((2, 3)), mask=jnp.ones((2, 2)))
+
+
+# --- issue 12 items 2, 4, 8 and issue 13 item 8 -------------------------------------------
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def test_mismatch_kl_and_ppl_ratio_are_not_clamped():
+    # Item 2: the +-20 clamp reported mismatch_kl 10.0 (true 15.0) and ppl_ratio e^10 (e^15).
+    out = mismatch_metrics(
+        train_log_prob=jnp.array([[-0.5, -30.5]]),
+        rollout_log_prob=jnp.array([[-0.5, -0.5]]),
+        response_mask=jnp.ones((1, 2)),
+    )
+    assert float(out["mismatch_kl"]) == pytest.approx(15.0, rel=1e-6)
+    assert float(out["log_ppl_ratio"]) == pytest.approx(15.0, rel=1e-6)
+    assert float(out["ppl_ratio"]) == pytest.approx(math.exp(15.0), rel=1e-5)
+    ratio = float(out["training_ppl"]) / float(out["rollout_ppl"])
+    assert float(out["ppl_ratio"]) == pytest.approx(ratio, rel=1e-5)
+
+
+def test_ppl_ratio_saturates_instead_of_overflowing():
+    out = mismatch_metrics(
+        train_log_prob=jnp.array([[-500.0]]),
+        rollout_log_prob=jnp.zeros((1, 1)),
+        response_mask=jnp.ones((1, 1)),
+    )
+    assert float(out["log_ppl_ratio"]) == pytest.approx(500.0)
+    assert np.isfinite(float(out["ppl_ratio"])) and np.isfinite(float(out["rollout_ppl"]))
+
+
+def test_diagnostics_arrays_are_keyword_only():
+    x = jnp.zeros((1, 2))
+    with pytest.raises(TypeError, match="positional"):
+        mismatch_metrics(x, x, x)
+    with pytest.raises(TypeError, match="positional"):
+        information_bandwidth(x, x)
+
+
+def test_float64_diagnostics_match_numpy(x64):
+    # Item 8: float64 inputs came back float32.
+    rng = np.random.default_rng(1)
+    train = -np.abs(rng.standard_normal((4, 6)))
+    roll = train + 0.2 * rng.standard_normal((4, 6))
+    mask = (np.arange(6)[None] < np.array([6, 4, 2, 1])[:, None]).astype(np.float64)
+    out = mismatch_metrics(train_log_prob=jnp.asarray(train), rollout_log_prob=jnp.asarray(roll),
+                           response_mask=jnp.asarray(mask))
+    assert all(v.dtype == jnp.float64 for v in out.values())
+    v = mask > 0
+    lr = np.where(v, train - roll, 0.0)
+    ref = {
+        "mismatch_kl": np.mean(-lr[v]),
+        "k3_kl": np.mean(np.expm1(lr[v]) - lr[v]),
+        "rollout_ppl": np.exp(-np.mean(roll[v])),
+        "training_ppl": np.exp(-np.mean(train[v])),
+        "ppl_ratio": np.exp(np.mean(roll[v]) - np.mean(train[v])),
+        "chi2_token": np.mean(np.exp(2 * lr[v])) - 1,
+        "chi2_seq": np.mean(np.exp(2 * np.sum(lr, 1))) - 1,
+    }
+    for key, value in ref.items():
+        np.testing.assert_allclose(float(out[key]), value, rtol=1e-9, err_msg=key)
+    w = np.exp(lr)
+    wm = weight_metrics(weights=jnp.asarray(w), mask=jnp.asarray(mask))
+    assert wm["ess"].dtype == jnp.float64
+    np.testing.assert_allclose(float(wm["ess"]), np.sum(w[v]) ** 2 / (v.sum() * np.sum(w[v]**2)),
+                               rtol=1e-9)
+    np.testing.assert_allclose(float(wm["weight_std"]), np.std(w[v]), rtol=1e-9)
+    bits = information_bandwidth(advantages=jnp.asarray(train), response_mask=jnp.asarray(mask))
+    assert bits["adv_bits_per_token"].dtype == jnp.float64
+
+
+def test_non_finite_log_prob_names_the_argument():
+    with pytest.raises(ValueError, match=r"^rollout_log_prob: expected finite values"):
+        mismatch_metrics(train_log_prob=jnp.zeros((1, 2)),
+                         rollout_log_prob=jnp.array([[0.0, jnp.nan]]),
+                         response_mask=jnp.ones((1, 2)))
+
+
+def test_n_bins_refuses_bool_and_float():
+    with pytest.raises(ValueError, match="n_bins"):
+        information_bandwidth(advantages=jnp.zeros((1, 2)), response_mask=jnp.ones((1, 2)),
+                              n_bins=True)

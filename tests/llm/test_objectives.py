@@ -346,3 +346,147 @@ def test_bad_inputs_name_the_argument():
             advantages=x,
             response_mask=x,
         )
+
+
+# --- issue 12 items 3, 4, 7, 8 and issue 13 items 8, 10 -----------------------------------
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def test_log_probs_are_keyword_only():
+    # Item 4: verl's order is (old_log_prob, log_prob); passed positionally here the loss was
+    # silently wrong. Now a positional call is a TypeError and keywords make order irrelevant.
+    lp, old = jnp.array([[-0.2, -1.0]]), jnp.array([[-0.5, -0.6]])
+    adv, mask = jnp.array([[1.0, -1.0]]), jnp.ones((1, 2))
+    with pytest.raises(TypeError, match="positional"):
+        policy_loss(ObjectiveConfig(), old, lp, adv, mask)
+    with pytest.raises(TypeError, match="positional"):
+        corrected_policy_loss(ObjectiveConfig(), CorrectionConfig(), lp, old, old, adv, mask)
+    a = policy_loss(ObjectiveConfig(), old_log_prob=old, log_prob=lp, advantages=adv, mask=mask)
+    b = policy_loss(ObjectiveConfig(), log_prob=lp, old_log_prob=old, advantages=adv, mask=mask)
+    assert float(a.loss) == float(b.loss)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        (dict(clip_eps=True), TypeError, "clip_eps"),
+        (dict(clip_eps=float("nan")), ValueError, "clip_eps"),
+        (dict(clip_eps_high="0.28"), TypeError, "clip_eps_high"),
+        (dict(dual_clip=float("inf")), ValueError, "dual_clip"),
+        (dict(dual_clip=True), TypeError, "dual_clip"),
+        (dict(max_length=2.5), ValueError, "max_length"),
+        (dict(max_length=True), ValueError, "max_length"),
+        (dict(sequence_ratio=1), TypeError, "sequence_ratio"),
+        (dict(dp_size=0), ValueError, "dp_size"),
+    ],
+)
+def test_objective_config_refuses_bools_strings_non_finite(kwargs, error, name):
+    with pytest.raises(error, match=f"^{name}:"):
+        ObjectiveConfig(**kwargs)
+
+
+def test_non_binary_mask_is_token_weights_in_numerator_and_denominator():
+    # Issue 13 item 10: the numerator treated the mask as 0/1 and the denominator summed it, so a
+    # mask of 2 gave token-mean 0.5 and a mask of 0.5 gave 2.0 for a loss of 1 per token.
+    ones = jnp.ones((2, 3))
+    for value in (2.0, 0.5):
+        for agg in AGGREGATIONS:
+            if agg in ("token-sum", "seq-mean-token-sum", "seq-mean-token-sum-norm"):
+                continue
+            got = aggregate_loss(ones, mask=value * ones, agg=agg)
+            assert float(got) == pytest.approx(1.0), (value, agg)
+    loss_mat = jnp.array([[1.0, 3.0, 5.0]])
+    mask = jnp.array([[2.0, 1.0, 0.0]])
+    assert float(aggregate_loss(loss_mat, mask=mask, agg="token-mean")) == pytest.approx(5 / 3)
+    assert float(aggregate_loss(loss_mat, mask=mask, agg="token-sum")) == pytest.approx(5.0)
+    # the same weights in policy_loss: REINFORCE loss = -sum m A lp / sum m
+    lp, adv = jnp.array([[-1.0, -2.0, -3.0]]), jnp.array([[1.0, 1.0, 1.0]])
+    out = policy_loss(ObjectiveConfig(loss="reinforce"), log_prob=lp, advantages=adv, mask=mask)
+    assert float(out.loss) == pytest.approx((2 * 1.0 + 2.0) / 3)
+    with pytest.raises(ValueError, match=r"^mask: expected values >= 0"):
+        policy_loss(ObjectiveConfig(loss="reinforce"), log_prob=lp, advantages=adv,
+                    mask=jnp.array([[1.0, -1.0, 0.0]]))
+
+
+@pytest.mark.parametrize("agg", AGGREGATIONS)
+def test_data_parallel_ranks_with_global_denominator(agg):
+    # Item 7: verl's dp_size. Two ranks each compute dp_size * (local numerator / global D);
+    # averaging them (what DDP does to gradients) gives the global loss exactly.
+    loss_mat = jnp.array([[1.0, 2.0, 0.0], [4.0, 0.0, 0.0], [3.0, 5.0, 7.0], [6.0, 0.0, 0.0]])
+    mask = jnp.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
+    full = float(aggregate_loss(loss_mat, mask=mask, agg=agg, max_length=4))
+    den = loss_denominator(agg, mask)
+    ranks = [aggregate_loss(loss_mat[r:r + 2], mask=mask[r:r + 2], agg=agg, max_length=4,
+                            denominator=den, dp_size=2) for r in (0, 2)]
+    assert float(sum(ranks) / 2) == pytest.approx(full)
+    hand = {"token-mean": 22 / 6, "token-sum": 22.0, "seq-mean-token-sum": 22 / 3,
+            "seq-mean-token-mean": (1.5 + 4.0 + 5.0) / 3, "seq-mean-token-sum-norm": 22 / 12}
+    assert full == pytest.approx(hand[agg])
+    if agg == "token-sum":
+        # token-sum needs no denominator: the rank loss is dp_size * its local sum (verl)
+        assert float(ranks[0]) == pytest.approx(2 * 7.0)
+    else:
+        with pytest.raises(ValueError, match="^denominator: expected the global denominator"):
+            aggregate_loss(loss_mat, mask=mask, agg=agg, dp_size=2)
+
+
+def test_policy_loss_dp_size_from_config():
+    lp, adv, mask = jnp.array([[-1.0, -2.0]]), jnp.ones((1, 2)), jnp.ones((1, 2))
+    one = policy_loss(ObjectiveConfig(loss="reinforce"), log_prob=lp, advantages=adv, mask=mask)
+    two = policy_loss(ObjectiveConfig(loss="reinforce", dp_size=2), log_prob=lp, advantages=adv,
+                      mask=mask, denominator=jnp.asarray(4.0))
+    assert float(two.loss) == pytest.approx(float(one.loss))  # 2 * 3 / 4 == 3 / 2
+
+
+def _np_ppo(lp, old, adv, mask, w, eps=0.2, c=3.0):
+    r = np.exp(np.clip(lp - old, -20, 20))
+    l1, l2 = -adv * r, -adv * np.clip(r, 1 - eps, 1 + eps)
+    l = np.maximum(l1, l2)
+    l = np.where((adv < 0) & (l > -c * adv), -c * adv, l)
+    return np.sum(l * w * mask) / np.sum(mask)
+
+
+def test_float64_loss_and_gradient_match_numpy(x64):
+    # Item 8: policy_loss computed float64 inputs in float32.
+    rng = np.random.default_rng(2)
+    lp = -np.abs(rng.standard_normal((3, 4)))
+    old = lp + 0.3 * rng.standard_normal((3, 4))
+    adv = rng.standard_normal((3, 4))
+    w = np.exp(0.1 * rng.standard_normal((3, 4)))
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], np.float64)
+    cfg = ObjectiveConfig(dual_clip=3.0)
+    f = lambda x: policy_loss(cfg, log_prob=x, old_log_prob=jnp.asarray(old),  # noqa: E731
+                              advantages=jnp.asarray(adv), mask=jnp.asarray(mask),
+                              weights=jnp.asarray(w)).loss
+    loss, grad = jax.value_and_grad(f)(jnp.asarray(lp))
+    assert loss.dtype == grad.dtype == jnp.float64
+    np.testing.assert_allclose(float(loss), _np_ppo(lp, old, adv, mask, w), rtol=1e-9)
+    h = 1e-6
+    for i, j in ((0, 0), (1, 1), (0, 3)):
+        e = np.zeros_like(lp)
+        e[i, j] = h
+        fd = (_np_ppo(lp + e, old, adv, mask, w) - _np_ppo(lp - e, old, adv, mask, w)) / (2 * h)
+        np.testing.assert_allclose(float(grad[i, j]), fd, rtol=1e-6, atol=1e-10)
+    for agg in AGGREGATIONS:
+        got = aggregate_loss(jnp.asarray(adv), mask=jnp.asarray(mask), agg=agg)
+        assert got.dtype == jnp.float64
+    got = aggregate_loss(jnp.asarray(adv), mask=jnp.asarray(mask), agg="seq-mean-token-mean")
+    ref = np.mean(np.sum(adv * mask, 1) / np.sum(mask, 1))
+    np.testing.assert_allclose(float(got), ref, rtol=1e-12)
+    assert loss_denominator("token-mean", jnp.ones((2, 2), jnp.int32)).dtype == jnp.float32
+
+
+def test_non_finite_advantage_names_the_argument():
+    x = jnp.zeros((1, 2))
+    with pytest.raises(ValueError, match=r"^advantages: expected finite values"):
+        policy_loss(ObjectiveConfig(), log_prob=x, old_log_prob=x,
+                    advantages=jnp.array([[0.0, jnp.nan]]), mask=jnp.ones((1, 2)))
+    # a NaN advantage at a masked token is not an error
+    out = policy_loss(ObjectiveConfig(), log_prob=x, old_log_prob=x,
+                      advantages=jnp.array([[1.0, jnp.nan]]), mask=jnp.array([[1.0, 0.0]]))
+    assert np.isfinite(float(out.loss))

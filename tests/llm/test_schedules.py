@@ -104,3 +104,82 @@ def test_bad_arguments_raise():
         tx.update({}, state, mean_length=jnp.ones(2))
     with pytest.raises(ValueError, match="mismatch_kl"):
         length_aware_scale(kl_threshold=2.0).update({}, state, mean_length=1.0)
+
+
+# --- issue 12 items 3, 8 and issue 13 item 8 ----------------------------------------------
+
+
+def test_one_nan_length_inside_jit_is_skipped_not_latched():
+    # Issue 13 item 8: one NaN mean_length turned both EMAs NaN for good, so the later surge
+    # was never detected. Now the step is skipped (state.skipped counts it) and detection works.
+    lengths = _trace()
+    lengths[10] = np.nan
+    lengths[20] = np.inf
+    scales, surges = _run(length_aware_scale(), lengths)
+    assert SURGE_AT <= int(np.argmax(surges)) <= SURGE_AT + 5
+    assert scales[-1] < 1.0
+    tx = length_aware_scale()
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    step = jax.jit(lambda s, x: tx.update(params, s, params, mean_length=x))
+    _, state = step(state, 100.0)
+    _, after = step(state, jnp.nan)
+    assert int(after.skipped) == 1 and int(after.count) == int(state.count)
+    assert float(after.fast_length) == float(state.fast_length) == 100.0
+
+
+def test_non_finite_length_on_the_host_is_an_error():
+    tx = length_aware_scale(kl_threshold=1.5)
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    with pytest.raises(ValueError, match=r"^mean_length: expected finite values"):
+        tx.update(params, state, params, mean_length=jnp.nan, mismatch_kl=0.1)
+    with pytest.raises(ValueError, match=r"^mean_length: expected a finite number >= 0"):
+        tx.update(params, state, params, mean_length=-1.0, mismatch_kl=0.1)
+    with pytest.raises(ValueError, match=r"^mismatch_kl: expected finite values"):
+        tx.update(params, state, params, mean_length=10.0, mismatch_kl=jnp.inf)
+
+
+def test_checked_mode_names_the_argument_under_jit():
+    from hyperx._validation import checked
+
+    tx = length_aware_scale(check_finite=True)
+    params = {"w": jnp.ones(2)}
+    step = jax.jit(lambda s, x: tx.update(params, s, params, mean_length=x)[1].scale)
+    err, _ = checked(step)(tx.init(params), jnp.nan)
+    with pytest.raises(Exception, match="mean_length: expected finite values"):
+        err.throw()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        (dict(threshold=True), "threshold"),
+        (dict(threshold=float("nan")), "threshold"),
+        (dict(factor="0.5"), "factor"),
+        (dict(min_scale=float("inf")), "min_scale"),
+        (dict(window=2.0), "window"),
+        (dict(warmup_steps=True), "warmup_steps"),
+        (dict(kl_threshold=float("nan")), "kl_threshold"),
+        (dict(fast_decay=True), "fast_decay"),
+        (dict(dtype=jnp.int32), "dtype"),
+    ],
+)
+def test_options_refuse_bools_strings_non_finite(kwargs, name):
+    # Item 3 for every numeric option of the schedule.
+    with pytest.raises((TypeError, ValueError), match=f"^{name}:"):
+        length_aware_scale(**kwargs)
+
+
+def test_float64_state():
+    # Item 8: the state was float32 whatever the run's dtype.
+    with jax.enable_x64(True):
+        tx = length_aware_scale(dtype=jnp.float64)
+        params = {"w": jnp.ones(2, jnp.float64)}
+        state = tx.init(params)
+        updates, state = tx.update(params, state, params, mean_length=jnp.float64(100.0))
+        _, state = tx.update(updates, state, params, mean_length=jnp.float64(101.0))
+        assert state.fast_length.dtype == state.scale.dtype == jnp.float64
+        # k = 1: c = min(0.7, 1/2) = 0.5 -> fast = 0.5 * 100 + 0.5 * 101 = 100.5 exactly
+        assert float(state.fast_length) == 100.5
+        assert updates["w"].dtype == jnp.float64

@@ -405,3 +405,32 @@ def test_non_finite_grpo_score_is_an_error():
         otb_advantages(token_rewards=np.full((1, 2, 2), np.inf, np.float32),
                        response_mask=np.ones((1, 2, 2), np.float32),
                        proxy=np.ones((1, 2, 2), np.float32))
+
+
+def test_float64_remaining_baseline_functions(x64):
+    rng = np.random.default_rng(4)
+    logits = rng.standard_normal((2, 3, 4, 5))
+    tokens = rng.integers(0, 5, (2, 3, 4))
+    lp, sq = log_prob_and_sum_sq(jnp.asarray(logits), jnp.asarray(tokens))
+    log_p = logits - np.log(np.sum(np.exp(logits), -1, keepdims=True))
+    assert lp.dtype == sq.dtype == jnp.float64
+    np.testing.assert_allclose(lp, np.take_along_axis(log_p, tokens[..., None], -1)[..., 0],
+                               rtol=1e-12)
+    mask = np.ones((2, 3, 4))
+    mask[0, 1, 2:] = 0
+    rewards = rng.standard_normal((2, 3, 4))
+    out = otb_advantages_from_sum_sq(token_rewards=jnp.asarray(rewards),
+                                     response_mask=jnp.asarray(mask), log_prob=lp, sum_sq=sq,
+                                     is_weights=jnp.asarray(np.full((2, 3, 4), 1.5)),
+                                     multi_turn=True)
+    assert out.advantages.dtype == out.baselines.dtype == jnp.float64
+    w = 1 - 2 * np.exp(np.asarray(lp)) + np.asarray(sq)
+    np.testing.assert_allclose(out.energy, np.cumsum(w * 2.25 * mask, -1), rtol=1e-12)
+    noise = gradient_noise_proxy(advantages=out.advantages, energy=out.energy,
+                                 response_mask=jnp.asarray(mask))
+    ref = np.sum(mask * np.asarray(out.advantages) ** 2 * np.asarray(out.energy), (1, 2)) / 3
+    assert noise.dtype == jnp.float64
+    np.testing.assert_allclose(noise, ref, rtol=1e-12)
+    diag = variance_diagnostics(advantages=out.advantages, returns=out.returns,
+                                energy=out.energy, response_mask=jnp.asarray(mask))
+    assert all(v.dtype == jnp.float64 for v in diag.values())

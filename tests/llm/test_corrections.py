@@ -592,3 +592,13 @@ def test_non_binary_response_mask_is_carried_as_token_weights():
     np.testing.assert_allclose(out.mask, [[2.0, 0.5, 0.0]])
     np.testing.assert_allclose(out.weights, [[1.0, 1.0, 0.0]])  # weights are not scaled by it
     assert float(out.metrics["masked_token_fraction"]) == pytest.approx(1 / 3)
+
+
+def test_float64_topk_bucket_kl_matches_numpy(x64):
+    p_mu = np.array([0.4, 0.3, 0.2, 0.1])
+    topk_lp = jnp.log(jnp.array([[[0.4, 0.3]]], jnp.float64))
+    got = topk_bucket_kl(rollout_topk_log_probs=topk_lp, rollout_topk_ids=jnp.array([[[0, 1]]]),
+                         train_logits=jnp.zeros((1, 1, 4), jnp.float64))
+    expected = 0.4 * np.log(1.6) + 0.3 * np.log(1.2) + 0.3 * np.log(0.6)
+    assert got.dtype == jnp.float64 and float(got[0, 0]) <= np.sum(p_mu * np.log(p_mu / 0.25))
+    np.testing.assert_allclose(got, [[expected]], rtol=1e-12)

@@ -224,3 +224,14 @@ def test_n_bins_refuses_bool_and_float():
     with pytest.raises(ValueError, match="n_bins"):
         information_bandwidth(advantages=jnp.zeros((1, 2)), response_mask=jnp.ones((1, 2)),
                               n_bins=True)
+
+
+def test_float64_mask_metrics_and_information_bandwidth(x64):
+    adv = jnp.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]], jnp.float64)
+    out = information_bandwidth(advantages=adv, response_mask=jnp.ones((4, 2)), n_bins=4)
+    assert out["adv_bits_per_episode"].dtype == jnp.float64
+    np.testing.assert_allclose(float(out["adv_bits_per_episode"]), 2.0, rtol=1e-12)
+    mm = mask_metrics(response_mask=jnp.ones((2, 2)), mask=jnp.array([[1.0, 0.0], [0.0, 0.0]]),
+                      dtype=jnp.float64)
+    assert mm["masked_token_fraction"].dtype == jnp.float64
+    assert float(mm["masked_token_fraction"]) == 0.75

@@ -490,3 +490,17 @@ def test_non_finite_advantage_names_the_argument():
     out = policy_loss(ObjectiveConfig(), log_prob=x, old_log_prob=x,
                       advantages=jnp.array([[1.0, jnp.nan]]), mask=jnp.array([[1.0, 0.0]]))
     assert np.isfinite(float(out.loss))
+
+
+def test_float64_reinforce_and_corrected_loss(x64):
+    lp = jnp.array([[-1.0, -0.5, -2.0], [-0.3, -0.7, -9.0]], jnp.float64)
+    mu = lp - jnp.array([[0.5, -0.3, 0.1], [0.2, 0.05, 0.0]], jnp.float64)
+    adv = jnp.array([[1.0, -1.0, 0.5], [2.0, 1.0, 0.0]], jnp.float64)
+    obj = ObjectiveConfig(loss="reinforce")
+    corr = CorrectionConfig(weights="token_is", bypass=True)
+    out = corrected_policy_loss(obj, corr, log_prob=lp, rollout_log_prob=mu, advantages=adv,
+                                response_mask=MASK)
+    w = np.exp(np.asarray(lp - mu))
+    ref = -np.sum(w * np.asarray(adv) * np.asarray(lp) * np.asarray(MASK)) / 5.0
+    assert out.loss.dtype == jnp.float64
+    np.testing.assert_allclose(float(out.loss), ref, rtol=1e-12)

@@ -213,18 +213,20 @@ def _write_part(path: Path, name: str, config: str, start: int, t: np.ndarray,
     write_atomic(path, text.getvalue())
 
 
-def _read_parts(paths: list[Path]) -> tuple[list[list[str]], np.ndarray, dict[str, float]]:
-    """Rows, the (S, C) regret and the summed timings of one agent's parts."""
-    rows: list[list[str]] = []
+def _copy_parts(paths: list[Path], writer: Any, num_points: int
+                ) -> tuple[np.ndarray, dict[str, float]]:
+    """Copy one agent's parts' rows to ``writer`` part by part (never all rows in memory);
+    returns the (S, C) regret and the summed timings."""
+    regret: list[np.ndarray] = []
     timing: dict[str, float] = {}
     for path in paths:
         with open(path, newline="") as f:
-            rows.extend(list(csv.reader(f))[1:])
+            rows = list(csv.reader(f))[1:]
+        writer.writerows(rows)
+        regret.append(np.array([float(r[4]) for r in rows]).reshape(-1, num_points))
         for key, value in json.loads(path.with_suffix(".json").read_text()).items():
             timing[key] = (max if key == "group_size" else sum)((timing.get(key, 0), value))
-    seeds = sorted({int(r[2]) for r in rows})
-    regret = np.array([float(r[4]) for r in rows]).reshape(len(seeds), -1)
-    return rows, regret, timing
+    return np.concatenate(regret), timing
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -289,8 +291,8 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
         for i, (name, config, options, _) in enumerate(agents):
-            rows, regret, timing = _read_parts([_part_path(out, *b) for b in blocks if b[0] == i])
-            writer.writerows(rows)
+            regret, timing = _copy_parts([_part_path(out, *b) for b in blocks if b[0] == i],
+                                         writer, checkpoints.size)
             label = f"{name}:{config}" if config else name
             curves[label] = regret
             run_time = timing["run_time_s"]

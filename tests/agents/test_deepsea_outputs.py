@@ -94,3 +94,17 @@ def test_complete_checkpointed_run_says_so(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("run is complete") and "nan" not in out
     assert np.loadtxt(tmp_path / "r" / "returns.csv", delimiter=",", skiprows=1).shape == (16, 4)
+
+
+def test_progress_bar_starts_after_the_first_compiled_chunk(monkeypatch):
+    """The bar (and so its rate and ETA) is created once the first chunk, which includes the
+    compilation, is done: its clock starts at step chunk_steps, not at step 0."""
+    import hyperx.agents.deepsea as module
+
+    created = []
+    real = module._progress_bar
+    monkeypatch.setattr(module, "_progress_bar",
+                        lambda total, initial: created.append((total, initial)) or real(
+                            total, initial))
+    train_deepsea(CONFIG, 3, 8, num_seeds=2, chunk_steps=6, progress=True)
+    assert created == [(24, 6)]

@@ -319,8 +319,7 @@ def run_bandit(
     seed_keys = _seed_keys(seed, num_seeds, first_seed)
     all_keys = jnp.tile(seed_keys, (num_points, 1))
     all_hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds) for name, v in grid_values.items()}
-    run_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(
-        jax.eval_shape(init_runs, all_keys[:1], {k: v[:1] for k, v in all_hparams.items()})))
+    run_bytes = _state_bytes(init_runs, all_keys[:1], {k: v[:1] for k, v in all_hparams.items()})
     if group_size == "auto":
         group = max(1, CACHE_BYTES // max(run_bytes, 1))
     elif group_size is None:
@@ -359,6 +358,24 @@ def run_bandit(
         steps_per_s=horizon / wall, run_steps_per_s=horizon * num_runs / wall,
         group_size=group,
     )
+
+
+def _state_bytes(init_runs: Callable, keys: Any, hparams: dict[str, Any]) -> int:
+    """Bytes of the run state ``init_runs(keys, hparams)`` would allocate (shapes only)."""
+    return sum(leaf.size * leaf.dtype.itemsize
+               for leaf in jax.tree.leaves(jax.eval_shape(init_runs, keys, hparams)))
+
+
+def check_run_memory(env: BanditEnv, learner: Learner, horizon: int,
+                     update_every: int = 1) -> None:
+    """Raise ``ValueError`` with the estimate when ONE run of ``learner`` on ``env`` cannot
+    fit in device memory (three times its state, as in :func:`run_bandit`), from shapes only:
+    a command checks this before any work; ``run_bandit`` then sizes its groups."""
+    init_runs, _ = _bandit_program.__wrapped__(env, learner, horizon, update_every,
+                                               (horizon,), False)
+    run_bytes = _state_bytes(init_runs, jax.ShapeDtypeStruct((1, 2), jnp.uint32), {})
+    check_memory(f"run state ({format_bytes(run_bytes)} per run)", 3 * run_bytes,
+                 device_memory_bytes(), "device memory")
 
 
 def _group_progress(progress: Callable[[int, int], None], group: int, num_groups: int,

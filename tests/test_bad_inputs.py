@@ -257,3 +257,11 @@ def test_checked_mode_reports_a_nan_inside_jit():
 
 def test_the_table_covers_the_issue():
     assert len(CLI_CASES) + len(PYTHON_CASES) + 3 >= 35
+
+
+def test_sizes_are_refused_before_the_output_directory_is_touched(tmp_path, capsys):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit):
+        main(["bandit", "--dim", "100", "--arms", "4", "--steps", "5", "--seeds", "1",
+              "--agents", "ensemble_pp:M=1e9", "--quiet", "--out", str(out)])
+    assert "needs an estimated" in capsys.readouterr().err and not out.exists()

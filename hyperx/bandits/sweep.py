@@ -231,7 +231,7 @@ def _copy_parts(paths: list[Path], writer: Any, num_points: int
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
-    from hyperx.experiment import log_grid, run_bandit
+    from hyperx.experiment import check_run_memory, log_grid, run_bandit
 
     env = _make_env(args)
     if 1 < args.update_every >= args.steps:
@@ -241,6 +241,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     agents = _build_agents(args.agents, spec)
     checkpoints = log_grid(args.steps, args.points)
     _check_sizes(args, len(agents), checkpoints.size)
+    for name, config, _, learner in agents:
+        try:
+            check_run_memory(env, learner, args.steps, args.update_every)
+        except ValueError as err:
+            fail(f"--agents {name}{':' + config if config else ''}: {err}")
     settings = {key: getattr(args, key) for key in SETTINGS}
     out, _ = prepare_out(args.out, "bandit", settings, resume=args.resume,
                          overwrite=args.overwrite, outputs=OUTPUTS)

@@ -47,7 +47,7 @@ from hyperx.llm.baselines import (
     rloo_advantages,
 )
 from hyperx.llm.corrections import CorrectionConfig, rollout_correction
-from hyperx.llm.diagnostics import information_bandwidth
+from hyperx.llm.diagnostics import information_bandwidth, mismatch_metrics
 from hyperx.llm.model import (
     LanguageModel,
     Rollout,
@@ -62,9 +62,9 @@ from hyperx.llm.tasks import Task
 from hyperx.llm.transformer import Transformer
 
 __all__ = ["ADVANTAGES", "CORRECTIONS", "Batch", "ObjectiveConfig", "RLConfig", "Rollout",
-           "Scores", "TrainState", "Trainer", "cast_params", "correction_preset", "evaluate",
-           "group_advantages", "last_token_rewards", "make_optimizer", "make_policy",
-           "make_trainer", "supervised_warmup", "train", "transformer_lms"]
+           "Scores", "TrainState", "Trainer", "cast_params", "compare", "correction_preset",
+           "evaluate", "group_advantages", "last_token_rewards", "make_optimizer",
+           "make_policy", "make_trainer", "supervised_warmup", "train", "transformer_lms"]
 
 ADVANTAGES = ("grpo", "dr_grpo", "rloo", "otb")
 ROLLOUT_DTYPES = ("float32", "bfloat16", "float8")
@@ -365,13 +365,17 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         adv = advantages(batch, scores)
         lengths = jnp.sum(mask, axis=-1)
         mean_length = jnp.mean(lengths)
+        # The non-negative k3 estimate of KL(mu || pi_old) for a KL-tracking schedule.
+        k3 = mismatch_metrics(train_log_prob=scores.old_log_prob,
+                              rollout_log_prob=batch.rollout.log_probs,
+                              response_mask=mask)["k3_kl"]
 
         def epoch(carry, _):
             params, opt_state = carry
             (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
                 params, batch, scores, adv)
             updates, opt_state = optimizer.update(grads, opt_state, params,
-                                                  mean_length=mean_length)
+                                                  mean_length=mean_length, mismatch_kl=k3)
             metrics = {**metrics, "grad_norm": optax.tree.norm(grads),
                        "update_norm": optax.tree.norm(updates)}
             return (optax.apply_updates(params, updates), opt_state), metrics
@@ -489,3 +493,28 @@ def evaluate(lm: LanguageModel, params, task: Task, key: jax.Array, n: int = 256
                  max_new_tokens=task.answer_len + extra_tokens, eos_id=task.tokenizer.eos_id,
                  pad_id=task.tokenizer.pad_id, greedy=greedy)
     return jnp.mean(task.reward(out.tokens, answers))
+
+
+def compare(module, params, task: Task, configs: dict[str, RLConfig], *, steps: int,
+            seeds: tuple[int, ...] = (0,),
+            callback: Callable[[str, int, int, dict[str, float]], None] | None = None,
+            timed: bool = False) -> dict[str, list[tuple[list[dict[str, float]], TrainState]]]:
+    """Run every named ``config`` from the same warm start ``params`` for each seed.
+
+    ``module`` is the :class:`Transformer` (its bf16 twin is built per ``rollout_dtype``).
+    Seed ``s`` draws the same prompts and sampling keys in every
+    run (``jax.random.key(s)``), so runs differ only by their config. Returns
+    ``{name: [(history, final state) of seed 0, ...]}``; ``callback(name, seed, step,
+    metrics)`` is called after every step.
+    """
+    out: dict[str, list[tuple[list[dict[str, float]], TrainState]]] = {}
+    for name, config in configs.items():
+        trainer = make_trainer(*transformer_lms(module, config.rollout_dtype), task, config)
+        runs = []
+        for seed in seeds:
+            cb = None if callback is None else (lambda i, m, s=seed, n=name: callback(n, s, i, m))
+            state, history = train(trainer, trainer.init(params), jax.random.key(seed), steps,
+                                   callback=cb, timed=timed)
+            runs.append((history, state))
+        out[name] = runs
+    return out

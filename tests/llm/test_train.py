@@ -142,15 +142,22 @@ def test_bad_config_raises():
 
 @pytest.mark.slow
 def test_thirty_rl_steps_on_addition_raise_the_mean_reward():
-    task = Task("addition", 2, reward_type="partial")
+    # 2-digit addition, answer least significant digit first, exact 0/1 reward; 300 warm-up
+    # steps leave the policy right on ~30% of sampled answers. 30 steps of GRPO + token TIS
+    # with a bf16 sampler: +0.10 and +0.12 on seeds 2 and 3 when this test was written (batch
+    # means of 128 responses have a standard error of ~0.04, ~0.013 over 10 steps).
+    task = Task("addition", 2, reverse_digits=True)
     module = Transformer(vocab_size=task.tokenizer.vocab_size, d_model=64, num_layers=2,
                          num_heads=4, mlp_hidden=128, max_len=16)
     train_lm, rollout_lm = transformer_lms(module, "bfloat16")
     p0 = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
-    p0, _ = supervised_warmup(train_lm, p0, task, jax.random.key(1), steps=600)
-    config = RLConfig(prompts_per_step=16, group_size=8, learning_rate=3e-3, advantage="grpo",
-                      correction=correction_preset("seq_tis"), lag=1)
+    p0, _ = supervised_warmup(train_lm, p0, task, jax.random.key(1), steps=300)
+    config = RLConfig(prompts_per_step=16, group_size=8, learning_rate=1e-3, advantage="grpo",
+                      correction=correction_preset("token_tis"))
     tr = make_trainer(train_lm, rollout_lm, task, config)
-    _, history = train(tr, tr.init(p0), jax.random.key(2), 30)
+    state, history = train(tr, tr.init(p0), jax.random.key(2), 30)
     rewards = np.array([h["reward"] for h in history])
-    assert rewards[-10:].mean() > rewards[:5].mean() + 0.05, rewards
+    assert rewards[-10:].mean() > rewards[:5].mean() + 0.04, rewards
+    before = float(evaluate(train_lm, p0, task, jax.random.key(9), 256))
+    after = float(evaluate(train_lm, state.params, task, jax.random.key(9), 256))
+    assert after > before, (before, after)

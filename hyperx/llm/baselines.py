@@ -14,7 +14,8 @@ token ``y`` the logit-gradient proxy of the score norm is
     w = ||e_y - softmax(z)||^2 = 1 - 2 pi(y) + sum_v pi(v)^2,
     sum_v pi(v)^2 = exp(logsumexp(2 z) - 2 logsumexp(z)),
 
-computed in float32 without forming the normalised softmax. The realized energy is
+computed in float32 (float64 for float64 logits) without forming the normalised softmax. The
+realized energy is
 ``W_t = sum_{j<=t} m_j w_j`` (``w_j`` times the squared IS weight under rollout IS), and the
 per-position baseline over the ``N`` responses of a group is
 

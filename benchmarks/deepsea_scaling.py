@@ -22,6 +22,7 @@ Tiny check: python benchmarks/deepsea_scaling.py --sizes 4 --agents dqn --seeds 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -44,17 +45,35 @@ def default_cells(seeds: int | None) -> list[tuple[str, int, int]]:
     return cells + [(a, n, seeds or 3) for n in (40, 50) for a in HYPER]
 
 
-def run_cell(agent: str, size: int, seeds: int, budget: int, out: str) -> dict:
+def parse_overrides(items: list[str]) -> dict:
+    """``["adam_eps=1.5e-4", "init_scheme=default"]`` -> config overrides (values parsed as
+    Python literals when they are, else kept as strings)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--override: expected KEY=VALUE, got {item!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def run_cell(agent: str, size: int, seeds: int, budget: int, out: str,
+             overrides: dict | None = None) -> dict:
     """Train one cell (or load it when its file exists) and return its record."""
     path = os.path.join(out, f"{agent}_N{size}.json")
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
     start = time.perf_counter()
-    result = train_deepsea(get_config(agent), size, max(budget // size, 1), num_seeds=seeds,
-                           progress=True)
+    overrides = overrides or {}
+    result = train_deepsea(get_config(agent, **overrides), size, max(budget // size, 1),
+                           num_seeds=seeds, progress=True)
     record = {
-        "agent": agent, "size": size, "seeds": seeds, "env_steps_per_seed": result.steps_done,
+        "agent": agent, "size": size, "seeds": seeds, "overrides": overrides,
+        "env_steps_per_seed": result.steps_done,
         "episodes": int(result.returns.shape[1]),
         "learned_episode_bsuite": result.learned_bsuite.tolist(),
         "learned_episode_running_mean": result.learned_running_mean.tolist(),
@@ -152,7 +171,10 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=None,
                         help="env steps per seed for every cell (default: BUDGETS by N)")
     parser.add_argument("--out", default=OUT)
+    parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="config fields to replace (ablations), e.g. init_scheme=default")
     args = parser.parse_args()
+    overrides = parse_overrides(args.override)
     cells = default_cells(args.seeds)
     if args.agents or args.sizes:
         agents = args.agents or list(HYPER + BASELINES)
@@ -161,7 +183,7 @@ def main() -> None:
     for agent, size, seeds in cells:
         budget = args.budget or BUDGETS.get(size, 1000 * size)
         print(f"{agent} N={size} seeds={seeds} budget={budget} steps", flush=True)
-        run_cell(agent, size, seeds, budget, args.out)
+        run_cell(agent, size, seeds, budget, args.out, overrides)
     summary = summarise(load_cells(args.out), args.out)
     print(json.dumps(summary["linear_fit_bsuite"], indent=2))
 

@@ -41,12 +41,42 @@ Array = jax.Array
 Variables = dict[str, Any]
 PRIOR = "prior"
 PRIOR_TORSO_MODES = ("copy", "independent", "shared")
+INIT_SCHEMES = ("default", "reference")
+"""Initialisation schemes of :class:`HypermodelHead` and the MLP torsos.
+
+* ``"default"``: flax's LeCun-normal dense kernels, zero biases; the generated layer ``A`` with
+  variance 1/M and ``b = b_0 = 0``.
+* ``"reference"``: the HyperAgent reference code (szrlee/HyperAgent, ``run_deepsea.py``
+  defaults ``--base-init xavier_normal --hyper-init xavier_normal --prior-init sDB
+  --bias-init sphere-sphere``): torso kernels Xavier-normal (Glorot & Bengio, AISTATS 2010;
+  std ``sqrt(2 / (fan_in + fan_out))``, untruncated) with zero biases; ``A`` Xavier-normal
+  with fan_in = M, fan_out = O P (std ``sqrt(2 / (M + O P))``, 0.12 for M = 4, O = 2,
+  P = 64); ``b`` and the frozen ``b_0`` each a uniform draw on the sphere of radius
+  ``prior_std`` in R^{O P} (normalised Gaussian); ``A_0`` unit rows times ``prior_std`` (as
+  in the default).
+"""
 
 
 def _unit_rows(key: Array, shape: Sequence[int], std: float) -> Array:
     """Gaussian rows (over the last axis) normalised to unit norm, times ``std``."""
     w = jax.random.normal(key, shape, jnp.float32)
     return std * w / jnp.linalg.norm(w, axis=-1, keepdims=True)
+
+
+def _xavier_normal() -> Callable:
+    """Untruncated Xavier/Glorot normal, as ``torch.nn.init.xavier_normal_``."""
+    return nn.initializers.variance_scaling(1.0, "fan_avg", "normal")
+
+
+def _dense_init(init: str) -> Callable:
+    check_choice("init_scheme", init, INIT_SCHEMES)
+    return _xavier_normal() if init == "reference" else nn.initializers.lecun_normal()
+
+
+def _sphere(key: Array, shape: Sequence[int], radius: float) -> Array:
+    """A uniform draw on the sphere of ``radius`` in R^{prod(shape)}, reshaped to ``shape``."""
+    w = jax.random.normal(key, shape, jnp.float32)
+    return radius * w / jnp.linalg.norm(w)
 
 
 def _check_index(xi: Array, index_dim: int, batch: int) -> None:
@@ -76,13 +106,14 @@ class MLPTorso(nn.Module):
 
     widths: Sequence[int] = (64, 64)
     activate_final: bool = True
+    init_scheme: str = "default"
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         check_rank("x", x, tuple(range(1, 8)))
         h = _flatten(x)
         for i, width in enumerate(self.widths):
-            h = nn.Dense(width)(h)
+            h = nn.Dense(width, kernel_init=_dense_init(self.init_scheme))(h)
             if self.activate_final or i < len(self.widths) - 1:
                 h = nn.relu(h)
         return h
@@ -99,18 +130,19 @@ class OneHotMLPTorso(nn.Module):
 
     num_states: int
     widths: Sequence[int] = (64, 64)
+    init_scheme: str = "default"
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         check_rank("x", x, 1)
         check_integer("x", x)
         width = self.widths[0]
-        table = self.param("embedding", nn.initializers.lecun_normal(),
+        table = self.param("embedding", _dense_init(self.init_scheme),
                            (self.num_states, width), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros_init(), (width,), jnp.float32)
         h = nn.relu(jnp.take(table, x, axis=0, mode="clip") + bias)
         for w in self.widths[1:]:
-            h = nn.relu(nn.Dense(w)(h))
+            h = nn.relu(nn.Dense(w, kernel_init=_dense_init(self.init_scheme))(h))
         return h
 
 
@@ -133,7 +165,7 @@ class NatureCNN(nn.Module):
 
 
 class IndexedLinear(nn.Module):
-    """``s_post <f, (A xi + b)_o> + s_prior <f_0, (A_0 xi)_o>`` for every output ``o``.
+    """``s_post <f, (A xi + b)_o> + s_prior <f_0, (A_0 xi + b_0)_o>`` for every output ``o``.
 
     ``A`` (O, P, M), initialised with variance 1/M, and ``b`` (O, P), initialised to 0, are
     trainable; ``A_0`` (O, P, M) lives in the ``"prior"``
@@ -141,6 +173,8 @@ class IndexedLinear(nn.Module):
     so ``E[A_0 A_0^T] = prior_std^2 I`` per output. ``b_0 = 0``. P is the feature dim d, or d + 1
     when ``bias_coef`` is set: HyperDQN then generates a bias too, the last generated entry
     multiplying the constant ``bias_coef`` (0.01 in Li et al., ICLR 2022).
+    ``init_scheme="reference"`` (see :data:`INIT_SCHEMES`): ``A`` Xavier-normal, ``b`` and a frozen
+    ``b_0`` (in ``"prior"``) on the sphere of radius ``prior_std`` in R^{O P}.
     """
 
     num_outputs: int
@@ -149,6 +183,7 @@ class IndexedLinear(nn.Module):
     prior_scale: float = 1.0
     posterior_scale: float = 1.0
     bias_coef: float | None = None
+    init_scheme: str = "default"
 
     @nn.compact
     def __call__(self, feats: Array, prior_feats: Array, xi: Array) -> Array:
@@ -157,10 +192,18 @@ class IndexedLinear(nn.Module):
             feats = jnp.concatenate([feats, const], axis=-1)
             prior_feats = jnp.concatenate([prior_feats, const], axis=-1)
         shape = (self.num_outputs, feats.shape[-1], self.index_dim)
-        init_a = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal", in_axis=-1,
-                                                  out_axis=-2, batch_axis=(0,))
+        check_choice("init_scheme", self.init_scheme, INIT_SCHEMES)
+        reference = self.init_scheme == "reference"
+        if reference:  # torch xavier_normal_ on the (O P, M) weight of the hyper layer
+            init_a = nn.initializers.variance_scaling(1.0, "fan_avg", "normal", in_axis=-1,
+                                                      out_axis=(0, 1))
+            init_b = lambda key, shp: _sphere(key, shp, self.prior_std)  # noqa: E731
+        else:
+            init_a = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal",
+                                                      in_axis=-1, out_axis=-2, batch_axis=(0,))
+            init_b = nn.initializers.zeros_init()
         a = self.param("A", init_a, shape)
-        b = self.param("b", nn.initializers.zeros_init(), shape[:2])
+        b = self.param("b", init_b, shape[:2])
         a0 = self.variable(PRIOR, "A0", lambda: _unit_rows(self.make_rng("params"), shape,
                                                            self.prior_std)).value
         a0 = jax.lax.stop_gradient(a0)
@@ -168,6 +211,11 @@ class IndexedLinear(nn.Module):
         bias = feats @ b.T
         post = post + (bias if xi.ndim == 1 else bias[:, None, :])
         prior = _apply_index(jnp.einsum("bp,opm->bom", prior_feats, a0), xi)
+        if reference:
+            b0 = self.variable(PRIOR, "b0", lambda: _sphere(self.make_rng("params"), shape[:2],
+                                                            self.prior_std)).value
+            prior_bias = prior_feats @ jax.lax.stop_gradient(b0).T
+            prior = prior + (prior_bias if xi.ndim == 1 else prior_bias[:, None, :])
         return self.posterior_scale * post + self.prior_scale * prior
 
 
@@ -183,6 +231,9 @@ class HypermodelHead(nn.Module):
       network; with ``bias_coef=0.01`` this is HyperDQN's head);
     * ``"shared"``: ``sg(phi_theta(s))`` (no second torso, as the Ensemble++ head).
 
+    ``init_scheme`` picks the generated layer's initialisation (:data:`INIT_SCHEMES`; the torso has
+    its own ``init_scheme``); ``"reference"`` adds the frozen prior bias ``b_0``.
+
     Outputs: ``(B, num_outputs)`` for ``xi`` (M,), ``(B, K, num_outputs)`` for (K, M) or (B, K, M).
     """
 
@@ -194,6 +245,7 @@ class HypermodelHead(nn.Module):
     prior_scale: float = 1.0
     posterior_scale: float = 1.0
     bias_coef: float | None = None
+    init_scheme: str = "default"
 
     @nn.compact
     def __call__(self, x: Array, xi: Array) -> Array:
@@ -208,7 +260,7 @@ class HypermodelHead(nn.Module):
             feats = self.torso(x)
             prior_feats = self._prior_features(x)
         return IndexedLinear(self.num_outputs, self.index_dim, self.prior_std, self.prior_scale,
-                             self.posterior_scale, self.bias_coef, name="hyper")(
+                             self.posterior_scale, self.bias_coef, self.init_scheme, name="hyper")(
                                  feats, prior_feats, xi)
 
     def _prior_features(self, x: Array) -> Array:

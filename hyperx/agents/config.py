@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 
 from hyperx._validation import check_choice, check_int, check_positive, check_range
+from hyperx.heads import INIT_SCHEMES
 from hyperx.index import INDEX_NAMES
 
 HEADS = ("hypermodel", "epinet")
@@ -40,7 +41,9 @@ class AgentConfig:
     Network: ``head`` (hypermodel or epinet), ``torso`` (an MLP of ``torso_widths``, or the
     Nature CNN), index family ``index`` of width ``index_dim``, ``prior_std``, ``prior_scale``,
     ``posterior_scale``, ``bias_coef`` (HyperDQN's generated bias) and ``prior_torso``
-    (see :class:`hyperx.heads.HypermodelHead`); ``epinet_hiddens`` for the epinet.
+    (see :class:`hyperx.heads.HypermodelHead`); ``init_scheme`` (``"default"`` or the
+    HyperAgent reference code's ``"reference"``, :data:`hyperx.heads.INIT_SCHEMES`) for the
+    torso and the generated layer; ``epinet_hiddens`` for the epinet.
 
     Loss (:func:`hyperx.losses.perturbed_value_loss`): ``num_indices`` K per transition, drawn
     per transition (``update_index="sample"``) or the whole support of an enumerable index
@@ -70,6 +73,7 @@ class AgentConfig:
     posterior_scale: float = 1.0
     bias_coef: float | None = None
     prior_torso: str = "copy"
+    init_scheme: str = "default"
     epinet_hiddens: tuple[int, ...] = (15, 15)
     num_indices: int = 20
     update_index: str = "sample"
@@ -102,6 +106,7 @@ class AgentConfig:
         check_choice("index", self.index, INDEX_NAMES)
         check_choice("update_index", self.update_index, UPDATE_INDEX_MODES)
         check_choice("target_index", self.target_index, TARGET_INDEX_MODES)
+        check_choice("init_scheme", self.init_scheme, INIT_SCHEMES)
         for name in ("index_dim", "num_indices", "n_step", "batch_size", "updates_per_step",
                      "update_every", "target_update_period", "buffer_size", "ois_num_indices"):
             check_int(name, getattr(self, name))

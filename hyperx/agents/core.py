@@ -121,10 +121,20 @@ class Agent(NamedTuple):
     eval_act: Callable[[AgentState, Array, Array, Array], Array]
     q_values: Callable[[PyTree, PyTree, Array, Array], Array]
 
-    def jit(self) -> Agent:
-        """The same agent with ``act``, ``observe``, ``update`` and ``eval_act`` jitted."""
-        return self._replace(act=jax.jit(self.act), observe=jax.jit(self.observe),
-                             update=jax.jit(self.update), eval_act=jax.jit(self.eval_act))
+    def jit(self, donate: bool = True) -> Agent:
+        """The same agent with ``init``, ``act``, ``observe``, ``update`` and ``eval_act``
+        jitted (each compiled once per input shape and cached by ``jax.jit``).
+
+        With ``donate`` (the default) ``observe`` and ``update`` donate their state argument,
+        so XLA updates the replay buffer and parameters in place instead of copying them every
+        call; the state passed in is then invalid (``state = agent.observe(state, ...)``), as
+        its arrays are deleted.
+        """
+        donated = (0,) if donate else ()
+        return self._replace(init=jax.jit(self.init), act=jax.jit(self.act),
+                             observe=jax.jit(self.observe, donate_argnums=donated),
+                             update=jax.jit(self.update, donate_argnums=donated),
+                             eval_act=jax.jit(self.eval_act))
 
 
 def make_torso(config: AgentConfig, num_states: int | None = None) -> nn.Module:
@@ -132,10 +142,11 @@ def make_torso(config: AgentConfig, num_states: int | None = None) -> nn.Module:
     ``row * N + column``; exactly a dense layer on the one-hot, at O(1) cost), else the
     config's MLP or the Nature CNN (Mnih et al., Nature 2015)."""
     if num_states is not None:
-        return OneHotMLPTorso(num_states, tuple(config.torso_widths))
+        return OneHotMLPTorso(num_states, tuple(config.torso_widths),
+                              init_scheme=config.init_scheme)
     if config.torso == "nature_cnn":
         return NatureCNN()
-    return MLPTorso(tuple(config.torso_widths))
+    return MLPTorso(tuple(config.torso_widths), init_scheme=config.init_scheme)
 
 
 def make_head(config: AgentConfig, num_actions: int, torso: nn.Module) -> nn.Module:
@@ -146,7 +157,7 @@ def make_head(config: AgentConfig, num_actions: int, torso: nn.Module) -> nn.Mod
                           include_inputs=isinstance(torso, MLPTorso))
     return HypermodelHead(num_actions, config.index_dim, torso, config.prior_torso,
                           config.prior_std, config.prior_scale, config.posterior_scale,
-                          config.bias_coef)
+                          config.bias_coef, init_scheme=config.init_scheme)
 
 
 def greedy_action(key: Array, q: Array) -> Array:

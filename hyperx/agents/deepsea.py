@@ -44,6 +44,7 @@ from hyperx._validation import (
     device_memory_bytes,
     format_bytes,
 )
+from hyperx.agents.api import run_key, split_run_key, step_keys
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
 from hyperx.envs import deepsea
@@ -138,7 +139,7 @@ def make_program(config: AgentConfig, size: int, num_episodes: int) -> DeepSeaPr
     agent = make_agent(config, 2, jnp.int32(0), num_states=size * size, step_budget=num_steps)
 
     def init_seed(key: Array, mapping: Array) -> SeedCarry:
-        k_agent, k_run = jax.random.split(key)
+        k_agent, k_run = split_run_key(key)
         params = deepsea.make_params(mapping)
         env_state, _ = deepsea.reset(params)
         zeros = jnp.zeros((num_episodes,), jnp.float32)
@@ -146,7 +147,7 @@ def make_program(config: AgentConfig, size: int, num_episodes: int) -> DeepSeaPr
                          zeros, zeros.astype(bool))
 
     def seed_step(c: SeedCarry, t: Array) -> SeedCarry:
-        key, k_act, k_obs = jax.random.split(c.key, 3)
+        key, k_act, k_obs = step_keys(c.key)
         obs = state_id(c.env_state, size)
         action = agent.act(c.agent, k_act, obs)
         out = deepsea.step(c.env_params, c.env_state, action)
@@ -191,8 +192,7 @@ def initial_carry(program: DeepSeaProgram, num_seeds: int, seed: int = 0,
     """The carry at step 0: seed ``s`` keyed by ``fold_in(PRNGKey(seed), s)``."""
     check_int("num_seeds", num_seeds)
     check_carry_memory(program, num_seeds)
-    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(seed), s))(
-        jnp.arange(num_seeds))
+    keys = jax.vmap(lambda s: run_key(seed, s))(jnp.arange(num_seeds))
     return program.init(keys, jnp.asarray(_mappings(program.size, num_seeds, mapping_seeds)))
 
 

@@ -277,6 +277,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     write_manifest(out, "bandit", settings, complete=True)
     if not args.quiet:
         print(format_table(summary))
+    if not todo:
+        print(f"run is complete: {out} holds every part; rebuilt regret.csv, summary.json and "
+              "regret.png from them")
+    elif not args.quiet:
         print(f"wrote {out}/regret.csv, summary.json, regret.png")
     return 0
 

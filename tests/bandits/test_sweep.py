@@ -111,6 +111,9 @@ def test_interrupted_sweep_keeps_finished_parts_and_resume_completes_it(tmp_path
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["agents"]) == {"exact_ts", "ensemble_pp:M=2,index=sphere"}
+    capsys.readouterr()
+    assert sweep.main([*TINY, "--seeds-per-part", "2", "--out", str(out), "--resume"]) == 0
+    assert capsys.readouterr().out.startswith("run is complete")
 
 
 def test_out_is_checked_before_any_work(tmp_path, capsys):

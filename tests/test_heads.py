@@ -17,6 +17,7 @@ from hyperx.heads import (
     MLPTorso,
     NatureCNN,
     OneHotMLPTorso,
+    PatchConv,
     generated_sq_norm,
     make_network,
     trainable_params,
@@ -181,6 +182,29 @@ def test_one_hot_torso_equals_dense_on_one_hot():
         torso.apply(v, idx.astype(jnp.float32))
     with pytest.raises(ValueError, match="x"):
         torso.apply(v, idx[:, None])
+
+
+def test_patch_conv_equals_flax_conv_with_the_same_parameters():
+    x = jax.random.normal(jax.random.key(1), (2, 20, 20, 3))
+    for kernel, stride in ((8, 4), (4, 2), (3, 1)):
+        ours = PatchConv(5, kernel, stride)
+        params = ours.init(jax.random.key(2), x)
+        ref = nn.Conv(5, (kernel, kernel), (stride, stride), "VALID").apply(params, x)
+        np.testing.assert_allclose(ours.apply(params, x), ref, rtol=1e-5, atol=1e-5)
+        ref_init = nn.Conv(5, (kernel, kernel), (stride, stride), "VALID").init(
+            jax.random.key(2), x)
+        chex_shapes = jax.tree.map(jnp.shape, ref_init)
+        assert jax.tree.map(jnp.shape, params) == chex_shapes
+
+
+def test_nature_cnn_channels_first_equals_channels_last():
+    frames = jax.random.randint(jax.random.key(3), (2, 84, 84, 4), 0, 255).astype(jnp.uint8)
+    params = NatureCNN(hidden=512).init(jax.random.key(0), frames)
+    last = NatureCNN(hidden=512).apply(params, frames)
+    first = NatureCNN(hidden=512, channels_first=True).apply(
+        params, jnp.transpose(frames, (0, 3, 1, 2)))
+    assert last.shape == (2, 512)
+    np.testing.assert_allclose(first, last, rtol=1e-6, atol=1e-6)
 
 
 def test_nature_cnn_shapes():

@@ -171,7 +171,7 @@ _CONFIGS: dict[tuple[str, str], AgentConfig] = {
         target_update_period=2500, update_every=4, buffer_size=1_000_000,
         learning_starts=50_000, double_q=False),
     ("dqn", "atari"): AgentConfig(
-        name="dqn", torso="nature_cnn", torso_widths=(256,), index="one_hot", index_dim=1,
+        name="dqn", torso="nature_cnn", torso_widths=(512,), index="one_hot", index_dim=1,
         prior_scale=0.0, prior_torso="shared", num_indices=1, target_index="same",
         double_q=True, learning_rate=1e-4, adam_eps=1.5e-4, batch_size=32,
         max_grad_norm=10.0, n_step=3, target_update_period=2000, buffer_size=100_000,

@@ -74,6 +74,25 @@ class Transition(NamedTuple):
     truncated: Array
 
 
+class BatchTransition(NamedTuple):
+    """One step of B environments at once (leaves with a leading B axis), for a batched agent
+    (``make_agent(..., num_envs=B, replay=...)``) whose replay stores one stream per env.
+
+    obs: the observations acted on; action, reward, terminal, truncated as in
+    :class:`Transition`; first: ``obs`` is the first of a game (no frame stack reaches before
+    it); valid: False for an environment whose step stored nothing (an autoreset step).
+    The successor observation is the stream's next stored one, so it is not carried.
+    """
+
+    obs: Array
+    action: Array
+    reward: Array
+    terminal: Array
+    truncated: Array
+    first: Array
+    valid: Array
+
+
 class AgentState(NamedTuple):
     """Everything the agent carries (a pytree; vmap it for many seeds).
 
@@ -140,12 +159,13 @@ class Agent(NamedTuple):
 def make_torso(config: AgentConfig, num_states: int | None = None) -> nn.Module:
     """The torso: an embedding MLP on integer states when ``num_states`` is given (DeepSea's
     ``row * N + column``; exactly a dense layer on the one-hot, at O(1) cost), else the
-    config's MLP or the Nature CNN (Mnih et al., Nature 2015)."""
+    config's MLP or the Nature CNN (Mnih et al., Nature 2015) on (B, 4, 84, 84) stacks with
+    ``torso_widths[-1]`` hidden units."""
     if num_states is not None:
         return OneHotMLPTorso(num_states, tuple(config.torso_widths),
                               init_scheme=config.init_scheme)
     if config.torso == "nature_cnn":
-        return NatureCNN()
+        return NatureCNN(hidden=config.torso_widths[-1], channels_first=True)
     return MLPTorso(tuple(config.torso_widths), init_scheme=config.init_scheme)
 
 
@@ -167,7 +187,8 @@ def greedy_action(key: Array, q: Array) -> Array:
 
 
 def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
-               num_states: int | None = None, step_budget: int | None = None) -> Agent:
+               num_states: int | None = None, step_budget: int | None = None,
+               num_envs: int | None = None, replay: Any = None) -> Agent:
     """Build the agent of ``config`` for observations shaped like ``obs_example``.
 
     Args:
@@ -177,8 +198,13 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
       num_states: for integer state ids (DeepSea's compact ``row * N + column``), the number
         of states; the torso then embeds the id (O(1) in the number of states).
       step_budget: env steps of the run; the buffer holds ``min(buffer_size, step_budget)``.
+      num_envs: act in B = ``num_envs`` environments at once (see :func:`_batched`); then
+        ``replay`` is the buffer (one stream per environment, e.g.
+        :func:`hyperx.atari_replay.make_frame_replay`). ``None``: the one-environment agent.
     """
     check_positive("num_actions", num_actions)
+    if (num_envs is None) != (replay is None):
+        raise ValueError("num_envs, replay: expected both (a batched agent) or neither")
     obs_example = jnp.asarray(obs_example)
     if num_states is not None:
         check_positive("num_states", num_states)
@@ -219,7 +245,8 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                        truncated=jnp.bool_(False),
                        z=jnp.zeros((config.index_dim,), jnp.float32))
         zero = jnp.zeros((), jnp.int32)
-        return AgentState(params, params, variables["prior"], optimiser.init(params),
+        return AgentState(params, jax.tree.map(jnp.copy, params), variables["prior"],
+                          optimiser.init(params),
                           buffer.init(capacity, example), acting_index(k_index), zero, zero,
                           jnp.zeros((), jnp.float32))
 
@@ -249,23 +276,108 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                & (state.env_steps % config.update_every == 0)
                & buffer.can_sample(replay, config.batch_size))
 
-        def learned(s: AgentState) -> tuple:
-            return s.params, s.target_params, s.opt_state, s.grad_steps, s.loss
-
-        def learn_all(s: AgentState) -> tuple:
-            keys = jax.random.split(k_learn, config.updates_per_step)
-            return learned(jax.lax.fori_loop(0, config.updates_per_step,
-                                             lambda i, s: learn(s, keys[i]), s))
-
-        # Only the learned parts leave the cond: under vmap it becomes a select, which must
-        # not copy the replay buffer every step.
-        parts = jax.lax.cond(due, learn_all, learned, state)
-        return state._replace(**dict(zip(_LEARNED, parts, strict=True)))
+        return _learn_if(due, state, k_learn, learn, config.updates_per_step)
 
     def eval_act(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
         return greedy(state, key, obs, xi)
 
+    if num_envs is not None:
+        check_positive("num_envs", num_envs)
+        learn = _make_learner(config, network, index, replay, optimiser)
+        return _batched(config, network, num_actions, obs_example, num_envs, replay, capacity,
+                        optimiser, epsilon, acting_index, perturbation, q_values, learn)
     return Agent(config, network, init, act, observe, learn, acting_index, eval_act, q_values)
+
+
+def _learn_if(due: Array, state: AgentState, key: Array, learn: Callable,
+              num_updates: int) -> AgentState:
+    """``num_updates`` gradient steps when ``due``; only the learned parts leave the cond, so
+    under vmap (where it becomes a select) the replay buffer is not copied every step."""
+
+    def learned(s: AgentState) -> tuple:
+        return s.params, s.target_params, s.opt_state, s.grad_steps, s.loss
+
+    def learn_all(s: AgentState) -> tuple:
+        keys = jax.random.split(key, num_updates)
+        return learned(jax.lax.fori_loop(0, num_updates, lambda i, s: learn(s, keys[i]), s))
+
+    parts = jax.lax.cond(due, learn_all, learned, state)
+    return state._replace(**dict(zip(_LEARNED, parts, strict=True)))
+
+
+def _updates_per_iteration(config: AgentConfig, num_envs: int) -> tuple[int, int]:
+    """(gradient steps per learning iteration, iterations between them) for B envs that each
+    take one step per iteration: ``updates_per_step`` per ``update_every`` env steps."""
+    steps, every = num_envs, config.update_every
+    if steps % every == 0:
+        return config.updates_per_step * (steps // every), 1
+    if every % steps == 0:
+        return config.updates_per_step, every // steps
+    raise ValueError(f"num_envs: expected a multiple or a divisor of update_every = {every} "
+                     f"(so each iteration runs a fixed number of updates), got {steps}")
+
+
+def _batched(config: AgentConfig, network: Network, num_actions: int, obs_example: Array,
+             num_envs: int, buffer: Any, capacity: int, optimiser: Any, epsilon: Any,
+             acting_index: Callable, perturbation: IndexDistribution, q_values: Callable,
+             learn: Callable) -> Agent:
+    """The agent acting in ``num_envs`` environments at once (Atari's vector of games).
+
+    Each environment has its own acting index, drawn at its own episode ends (a terminal or a
+    truncation as the learner sees them, so a lost life in Atari training) and redrawn with
+    probability ``redraw_prob`` per step, and its own epsilon and tie-break draws. The replay
+    holds one stream per environment. Every call advances all B environments, so
+    ``env_steps`` grows by B (an autoreset step counts, though it stores nothing); the
+    update ratio stays ``updates_per_step`` per ``update_every`` env steps.
+    """
+    per_iteration, period = _updates_per_iteration(config, num_envs)
+
+    def init(key: Array) -> AgentState:
+        k_net, k_example, k_index = jax.random.split(key, 3)
+        variables = network.init(k_net, obs_example[None], acting_index(k_example))
+        params = variables["params"]
+        example = dict(obs=obs_example, action=jnp.int32(0), reward=jnp.float32(0.0),
+                       terminal=jnp.bool_(False), truncated=jnp.bool_(False),
+                       first=jnp.bool_(False), z=jnp.zeros((config.index_dim,), jnp.float32))
+        zero = jnp.zeros((), jnp.int32)
+        return AgentState(params, jax.tree.map(jnp.copy, params), variables["prior"],
+                          optimiser.init(params), buffer.init(capacity, example),
+                          jax.vmap(acting_index)(jax.random.split(k_index, num_envs)),
+                          zero, zero, jnp.zeros((), jnp.float32))
+
+    def greedy(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
+        check_shape("obs", obs, (num_envs, *obs_example.shape), "(num_envs, *obs_shape)")
+        q = q_values(state.params, state.prior, jnp.asarray(obs), xi)
+        return jax.vmap(greedy_action)(jax.random.split(key, num_envs), q)
+
+    def act(state: AgentState, key: Array, obs: Array) -> Array:
+        k_greedy, k_explore, k_random = jax.random.split(key, 3)
+        action = greedy(state, k_greedy, obs, state.index)
+        explore = jax.random.uniform(k_explore, (num_envs,)) < epsilon(state.env_steps)
+        random_action = jax.random.randint(k_random, (num_envs,), 0, num_actions, jnp.int32)
+        return jnp.where(explore, random_action, action)
+
+    def observe(state: AgentState, key: Array, transition: BatchTransition) -> AgentState:
+        k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
+        stored = dict(obs=transition.obs, action=transition.action, reward=transition.reward,
+                      terminal=transition.terminal, truncated=transition.truncated,
+                      first=transition.first,
+                      z=perturbation.sample(k_z, (num_envs,)))
+        replay = buffer.add(state.replay, stored, transition.valid)
+        ended = (jnp.asarray(transition.terminal) | jnp.asarray(transition.truncated)) \
+            & transition.valid
+        redraw = ended | (jax.random.uniform(k_redraw, (num_envs,)) < config.redraw_prob)
+        fresh = jax.vmap(acting_index)(jax.random.split(k_index, num_envs))
+        new_index = jnp.where(redraw[:, None, None], fresh, state.index)
+        iteration = state.env_steps // num_envs
+        state = state._replace(replay=replay, index=new_index,
+                               env_steps=state.env_steps + num_envs)
+        due = ((state.env_steps >= config.learning_starts) & ((iteration + 1) % period == 0)
+               & buffer.can_sample(replay, config.batch_size))
+
+        return _learn_if(due, state, k_learn, learn, per_iteration)
+
+    return Agent(config, network, init, act, observe, learn, acting_index, greedy, q_values)
 
 
 def _make_learner(config: AgentConfig, network: Network, index: IndexDistribution,

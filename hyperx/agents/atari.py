@@ -1,0 +1,416 @@
+"""Train a value-based agent on Atari: the whole loop (XLA env step, act, store, update, target
+sync) in one compiled ``lax.scan``, run in chunks through :func:`hyperx.experiment.run_scan`.
+
+One pool of ``seeds x envs_per_seed`` games (:mod:`hyperx.envs.atari`) serves every seed: an
+env handle cannot be vmapped, so the pool's batch axis is split into seeds, and the agents
+(:func:`hyperx.agents.core.make_agent` with ``num_envs=envs_per_seed``) are vmapped over
+seeds. Per iteration every game takes one step; autoreset steps (the first observation of a
+new game, returned one step after a game ends) store nothing, and the frame replay
+(:mod:`hyperx.atari_replay`, one stream per game) never builds a stack across a game start.
+
+Between chunks (``eval_every`` env steps per seed) the host evaluates every seed's greedy
+policy on separate games (no life loss, no clipping, a fresh index per episode, the 27,000-step
+cap), logs, and saves the carry with orbax. Two scores are kept: the final policy's (the
+rliable protocol) and the best evaluation so far with its parameters (HyperAgent's code keeps
+that checkpoint and re-evaluates it on 200 episodes: ``best_eval_episodes``); every number
+is labelled with its protocol.
+
+The host loop (``host_loop=True``) drives the same pure act/observe functions over the
+gymnasium face for a platform without the XLA step; for the same seed it stores the same
+transitions (tests/agents/test_atari.py).
+
+Checkpoints hold the learner (parameters, target, optimiser, replay, RNG keys), the step
+counter and the evaluation history, not the emulators: a resumed run starts new games (its
+first stored observation of each stream is flagged as a game start).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hyperx._validation import check_positive
+from hyperx.agents.config import AgentConfig
+from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
+from hyperx.atari_replay import make_frame_replay, replay_bytes
+from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
+from hyperx.experiment import run_scan
+
+Array = jax.Array
+PAD = {"envpool": "repeat", "ale": "zero"}
+MAX_EVAL_STEPS = 27_000
+"""How each backend fills the stack right after a reset (see :mod:`hyperx.envs.atari`)."""
+
+
+class SeedCarry(NamedTuple):
+    """One seed's loop state (leading seed axis when vmapped): the agent, its key, the
+    current observations (E, 4, 84, 84), whether each is a game's first, and the running raw
+    score and length of each game."""
+
+    agent: AgentState
+    key: Array
+    obs: Array
+    first: Array
+    game_return: Array
+    game_length: Array
+
+
+class Evaluations(NamedTuple):
+    """Evaluation history (rows in order; ``count`` used): env steps per seed at each
+    evaluation, mean greedy score per seed, and the best so far with its parameters."""
+
+    steps: Array
+    scores: Array
+    count: Array
+    best_score: Array
+    best_step: Array
+    best_params: Any
+
+
+class AtariCarry(NamedTuple):
+    """What a checkpoint holds: iteration counter, seeds, evaluation history."""
+
+    t: Array
+    seeds: SeedCarry
+    evals: Evaluations
+
+
+class StepLog(NamedTuple):
+    """Per iteration and game (S, E): did a game end, its raw score and length, and the
+    agents' last loss (S,)."""
+
+    ended: Array
+    game_return: Array
+    game_length: Array
+    loss: Array
+
+
+class AtariProgram(NamedTuple):
+    """The pure pieces of a run, built once per (config, game, seeds, envs, actions)."""
+
+    agent: Agent
+    num_seeds: int
+    envs_per_seed: int
+    act: Callable
+    observe: Callable
+    init: Callable
+
+
+class AtariResult(NamedTuple):
+    """Outcome of :func:`train_atari`.
+
+    episodes: list of dicts (seed, env_step, return, length) of finished training games
+    (raw scores, whole games); evaluations: list of dicts (seed, env_step, score) of the
+    final-policy protocol; best: per seed {score, env_step} of the best evaluation, and
+    ``best_rerun`` scores where ``best_eval_episodes`` asked; env_steps_per_s: env steps per
+    second summed over seeds (acting + learning, after compiling); compile_time_s;
+    replay_bytes: bytes of one seed's replay; carry: the final :class:`AtariCarry`.
+    """
+
+    episodes: list
+    evaluations: list
+    best: list
+    env_steps_per_s: float
+    compile_time_s: float
+    replay_bytes: int
+    steps_done: int
+    carry: AtariCarry
+
+
+@functools.lru_cache(maxsize=8)
+def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per_seed: int,
+                 step_budget: int, pad: str) -> AtariProgram:
+    """The act / observe halves of one iteration for ``num_seeds`` vmapped agents."""
+    check_positive("num_seeds", num_seeds)
+    check_positive("envs_per_seed", envs_per_seed)
+    replay = make_frame_replay(envs_per_seed, config.n_step, config.gamma, pad=pad)
+    agent = make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
+                       step_budget=step_budget * envs_per_seed, num_envs=envs_per_seed,
+                       replay=replay)
+
+    def act(seeds: SeedCarry) -> tuple[SeedCarry, Array, Array]:
+        keys = jax.vmap(lambda k: jax.random.split(k, 3))(seeds.key)
+        actions = jax.vmap(agent.act)(seeds.agent, keys[:, 1], seeds.obs)
+        return seeds._replace(key=keys[:, 0]), actions, keys[:, 2]
+
+    def observe(seeds: SeedCarry, actions: Array, k_observe: Array, out: AtariStep
+                ) -> tuple[SeedCarry, StepLog]:
+        out = jax.tree.map(lambda x: x.reshape((num_seeds, envs_per_seed) + x.shape[1:]), out)
+        valid = ~out.reset_step
+        transition = BatchTransition(seeds.obs, actions, out.reward, out.terminated,
+                                     out.truncated, seeds.first, valid)
+        agents = jax.vmap(agent.observe)(seeds.agent, k_observe, transition)
+        game_return = seeds.game_return + jnp.where(valid, out.raw_reward, 0.0)
+        game_length = seeds.game_length + valid.astype(jnp.int32)
+        ended = out.game_over | out.truncated
+        log = StepLog(ended, game_return, game_length, agents.loss)
+        return SeedCarry(agents, seeds.key, out.obs, out.reset_step,
+                         jnp.where(ended, 0.0, game_return),
+                         jnp.where(ended, 0, game_length)), log
+
+    def init(keys: Array, obs: Array) -> SeedCarry:
+        agents = jax.vmap(agent.init)(keys)
+        zeros = jnp.zeros((num_seeds, envs_per_seed))
+        return SeedCarry(agents, jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys),
+                         obs.reshape((num_seeds, envs_per_seed) + OBS_SHAPE),
+                         jnp.ones((num_seeds, envs_per_seed), bool), zeros,
+                         zeros.astype(jnp.int32))
+
+    return AtariProgram(agent, num_seeds, envs_per_seed, act, observe, jax.jit(init))
+
+
+def initial_carry(program: AtariProgram, first_obs: np.ndarray, seed: int,
+                  num_evals: int) -> AtariCarry:
+    """Iteration 0: seed ``s`` keyed by ``fold_in(PRNGKey(seed), s)``."""
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(seed), s))(
+        jnp.arange(program.num_seeds))
+    seeds = program.init(keys, jnp.asarray(first_obs))
+    s = program.num_seeds
+    evals = Evaluations(jnp.zeros((num_evals,), jnp.int32), jnp.zeros((num_evals, s)),
+                        jnp.zeros((), jnp.int32), jnp.full((s,), -jnp.inf),
+                        jnp.full((s,), -1, jnp.int32),
+                        jax.tree.map(jnp.copy, seeds.agent.params))
+    return AtariCarry(jnp.int32(0), seeds, evals)
+
+
+def compiled_step(program: AtariProgram, env_step: Callable) -> Callable:
+    """``step((env, seeds), t) -> ((env, seeds), StepLog)`` for :func:`run_scan`."""
+
+    def step(c: tuple[EnvCarry, SeedCarry], t: Array) -> tuple[tuple, StepLog]:
+        del t
+        env, seeds = c
+        seeds, actions, k_observe = program.act(seeds)
+        env, out = env_step(env, actions.reshape(-1))
+        seeds, log = program.observe(seeds, actions, k_observe, out)
+        return (env, seeds), log
+
+    return step
+
+
+@functools.lru_cache(maxsize=8)
+def _host_functions(program: AtariProgram) -> tuple[Callable, Callable]:
+    return jax.jit(program.act), jax.jit(program.observe, donate_argnums=0)
+
+
+def host_steps(program: AtariProgram, env: AtariEnv, seeds: SeedCarry, num_steps: int
+               ) -> tuple[SeedCarry, StepLog]:
+    """``num_steps`` iterations over the gymnasium face (the host-loop path)."""
+    act, observe = _host_functions(program)
+    logs = []
+    for _ in range(num_steps):
+        seeds, actions, k_observe = act(seeds)
+        obs, reward, terminated, truncated, info = env.step(np.asarray(actions).reshape(-1))
+        out = AtariStep(obs, reward, info["raw_reward"], terminated, truncated,
+                        info["game_over"], info["reset_step"], info["lives"])
+        seeds, log = observe(seeds, actions, k_observe, jax.tree.map(jnp.asarray, out))
+        logs.append(jax.device_get(log))
+    return seeds, jax.tree.map(lambda *xs: np.stack(xs), *logs)
+
+
+def evaluate(program: AtariProgram, params: Any, prior: Any, env: AtariEnv, key: Array,
+             episodes: int, seed: int, max_steps: int = MAX_EVAL_STEPS) -> np.ndarray:
+    """Greedy scores (S, episodes): one game per environment of ``env`` (S x episodes games,
+    evaluation mode), a fresh index per game, stopped at game over, the frame cap or
+    ``max_steps`` agent steps (27,000 = the 108,000-frame cap)."""
+    s = program.num_seeds
+    obs, _ = env.reset(seed=seed)
+    k_index, key = jax.random.split(key)
+    index = jax.vmap(jax.vmap(program.agent.eval_index))(
+        jax.random.split(k_index, s * episodes).reshape(s, episodes, -1))
+    act = _eval_act(program.agent)
+    scores = np.zeros((s, episodes))
+    done = np.zeros((s, episodes), bool)
+    for _ in range(max_steps):
+        if done.all():
+            break
+        key, k_act = jax.random.split(key)
+        actions = np.asarray(act(params, prior, jnp.asarray(obs).reshape(
+            (s, episodes) + OBS_SHAPE), index, jax.random.split(k_act, s)))
+        obs, _, _, truncated, info = env.step(actions.reshape(-1))
+        reward = info["raw_reward"].reshape(s, episodes)
+        scores += np.where(done, 0.0, reward)
+        done |= (info["game_over"] | truncated).reshape(s, episodes)
+    return scores
+
+
+@functools.lru_cache(maxsize=8)
+def _eval_act(agent: Agent) -> Callable:
+    from hyperx.agents.core import greedy_action
+
+    def act(params: Any, prior: Any, obs: Array, index: Array, key: Array) -> Array:
+        q = agent.q_values(params, prior, obs, index)
+        return jax.vmap(greedy_action)(jax.random.split(key, obs.shape[0]), q)
+
+    return jax.jit(jax.vmap(act))
+
+
+def record_evaluation(evals: Evaluations, step: int, scores: np.ndarray,
+                      params: Any) -> Evaluations:
+    """Append one evaluation (mean score per seed) and keep each seed's best parameters."""
+    mean = jnp.asarray(scores.mean(axis=1), jnp.float32)
+    i = int(evals.count)
+    better = mean > evals.best_score
+    pick = lambda new, old: jnp.where(better.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+    return Evaluations(evals.steps.at[i].set(step), evals.scores.at[i].set(mean),
+                       evals.count + 1, jnp.where(better, mean, evals.best_score),
+                       jnp.where(better, step, evals.best_step),
+                       jax.tree.map(pick, params, evals.best_params))
+
+
+def train_atari(
+    config: AgentConfig, game: str, *, steps: int, seeds: int = 1, envs_per_seed: int = 1,
+    backend: str = "envpool", seed: int = 0, eval_every: int | None = None,
+    eval_episodes: int = 10, best_eval_episodes: int = 0, host_loop: bool = False,
+    sticky_actions: bool = False, checkpoint_dir: str | None = None,
+    max_chunks: int | None = None, on_chunk: Callable[[dict], None] | None = None,
+) -> AtariResult:
+    """Train ``config`` on ``game`` for ``steps`` env steps per seed.
+
+    Args:
+      config: an Atari configuration (``get_config(name, env="atari")``).
+      game: ``"Breakout"``, ``"MsPacman"``, ... (:func:`hyperx.envs.atari.game_names`).
+      steps: env steps per seed (each of its ``envs_per_seed`` games steps once per
+        iteration, so a run has ``steps / envs_per_seed`` iterations).
+      seeds, envs_per_seed: one pool of ``seeds x envs_per_seed`` games, agents vmapped.
+      backend: ``"envpool"`` or ``"ale"``.
+      seed: base seed (agents: ``fold_in(PRNGKey(seed), s)``; games: seeded from ``seed``).
+      eval_every: env steps per seed between evaluations, which are also the chunk size
+        (default: 10 evaluations per run); eval_episodes: greedy games per seed and
+        evaluation (0: none); best_eval_episodes: re-evaluate each seed's best parameters on
+        this many games at the end (HyperAgent's protocol: 200).
+      host_loop: drive the gymnasium face from Python instead of the compiled XLA step.
+      sticky_actions: repeat the previous action with probability 0.25.
+      checkpoint_dir: save the carry after each chunk and resume from the latest intact one.
+      max_chunks: stop after this many chunks in this call.
+      on_chunk: called with a dict of the chunk's metrics after each chunk (logging).
+    """
+    check_positive("steps", steps)
+    check_positive("eval_episodes", eval_episodes, allow_zero=True)
+    check_positive("best_eval_episodes", best_eval_episodes, allow_zero=True)
+    iterations = math.ceil(steps / envs_per_seed)
+    every = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
+    check_positive("eval_every", every)
+    env = make_atari(game, backend=backend, num_envs=seeds * envs_per_seed, seed=seed,
+                     sticky_actions=sticky_actions)
+    program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
+                           PAD[backend])
+    num_chunks = math.ceil(iterations / every)
+    if host_loop:
+        env_carry, env_step = None, None
+        first_obs, _ = env.reset()
+    else:
+        env_carry, env_step = env.xla()
+        first_obs = env.first_obs
+    carry = initial_carry(program, first_obs, seed, num_chunks)
+    manager = None
+    if checkpoint_dir is not None:
+        from hyperx.agents.checkpoint import CheckpointManager
+
+        manager = CheckpointManager(checkpoint_dir, {
+            "agent": config.name, "config": repr(config), "game": game, "steps": steps,
+            "seeds": seeds, "envs_per_seed": envs_per_seed, "backend": backend, "seed": seed,
+            "eval_every": every, "eval_episodes": eval_episodes,
+            "sticky_actions": sticky_actions})
+        restored = manager.restore_latest(carry)
+        if restored is not carry:
+            carry = _resumed(restored, first_obs)
+    eval_env = make_atari(game, backend=backend, num_envs=seeds * eval_episodes,
+                          seed=seed + 10_000, training=False,
+                          sticky_actions=sticky_actions) if eval_episodes else None
+    step_fn = None if host_loop else compiled_step(program, env_step)
+    episodes: list[dict] = []
+    compile_time = run_time = 0.0
+    iterations_run = chunks = 0
+    while int(carry.t) < iterations and (max_chunks is None or chunks < max_chunks):
+        length = min(every, iterations - int(carry.t))
+        t0 = int(carry.t)
+        if host_loop:
+            start = time.perf_counter()
+            seeds_carry, log = host_steps(program, env, carry.seeds, length)
+            chunk_time = time.perf_counter() - start
+        else:
+            result = run_scan(step_fn, (env_carry, carry.seeds), length)
+            (env_carry, seeds_carry), log = result.carry, result.outputs
+            compile_time += result.compile_time_s
+            chunk_time = result.run_time_s
+        run_time += chunk_time
+        iterations_run += length
+        chunks += 1
+        new_episodes = _finished_games(log, t0, envs_per_seed)
+        episodes += new_episodes
+        carry = carry._replace(t=jnp.int32(t0 + length), seeds=seeds_carry)
+        env_steps = int(carry.t) * envs_per_seed
+        scores = None
+        if eval_episodes:
+            key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), int(carry.evals.count))
+            scores = evaluate(program, carry.seeds.agent.params, carry.seeds.agent.prior,
+                              eval_env, key, eval_episodes, seed + 10_000 + int(carry.t))
+            carry = carry._replace(evals=record_evaluation(
+                carry.evals, env_steps, scores, carry.seeds.agent.params))
+        if manager is not None:
+            manager.save(int(carry.t), carry)
+        if on_chunk is not None:
+            on_chunk(dict(env_steps=env_steps, total=iterations * envs_per_seed,
+                          episodes=new_episodes, scores=scores,
+                          loss=np.asarray(log.loss[-1]),
+                          steps_per_s=length * seeds * envs_per_seed / max(chunk_time, 1e-9)))
+    if manager is not None:
+        manager.close()
+    best = _best(program, carry, best_eval_episodes, seed,
+                 dict(game=game, backend=backend, sticky_actions=sticky_actions))
+    evaluations = [dict(seed=s, env_step=int(carry.evals.steps[i]),
+                        score=float(carry.evals.scores[i, s]))
+                   for i in range(int(carry.evals.count)) for s in range(seeds)]
+    for e in (env, eval_env):
+        if e is not None:
+            e.close()
+    replay = jax.tree.map(lambda x: x[0], carry.seeds.agent.replay)
+    return AtariResult(episodes, evaluations, best,
+                       iterations_run * seeds * envs_per_seed / run_time if run_time else 0.0,
+                       compile_time, replay_bytes(replay),
+                       min(int(carry.t), iterations) * envs_per_seed, carry)
+
+
+def _resumed(carry: AtariCarry, first_obs: np.ndarray) -> AtariCarry:
+    """A restored carry continues with new games (emulator state is not saved): each
+    stream's next observation is the new game's first, and the running scores restart."""
+    seeds = carry.seeds
+    return carry._replace(seeds=seeds._replace(
+        obs=jnp.asarray(first_obs).reshape(seeds.obs.shape), first=jnp.ones_like(seeds.first),
+        game_return=jnp.zeros_like(seeds.game_return),
+        game_length=jnp.zeros_like(seeds.game_length)))
+
+
+def _finished_games(log: StepLog, t0: int, envs_per_seed: int) -> list[dict]:
+    ended = np.asarray(log.ended)
+    rows = []
+    for i, s, e in zip(*np.nonzero(ended), strict=True):
+        rows.append(dict(seed=int(s), env=int(e), env_step=(t0 + int(i) + 1) * envs_per_seed,
+                         score=float(log.game_return[i, s, e]),
+                         length=int(log.game_length[i, s, e])))
+    return rows
+
+
+def _best(program: AtariProgram, carry: AtariCarry, episodes: int, seed: int,
+          env_options: dict) -> list[dict]:
+    evals = carry.evals
+    best = [dict(seed=s, score=float(evals.best_score[s]), env_step=int(evals.best_step[s]),
+                 protocol="best evaluation during training (optimistic)")
+            for s in range(program.num_seeds)]
+    if episodes and int(evals.count) > 0:
+        env = make_atari(num_envs=program.num_seeds * episodes, seed=seed + 20_000,
+                         training=False, **env_options)
+        scores = evaluate(program, evals.best_params, carry.seeds.agent.prior, env,
+                          jax.random.PRNGKey(seed + 2), episodes, seed + 20_000)
+        env.close()
+        for s, row in enumerate(best):
+            row.update(rerun_score=float(scores[s].mean()), rerun_episodes=episodes,
+                       rerun_protocol="best checkpoint re-evaluated (HyperAgent's protocol)")
+    return best

@@ -5,12 +5,14 @@ From one warm start (see llm_common.py), the same RL run (GRPO advantages, decou
 token-mean, Adam 1e-3, 16 prompts x 8 responses) is repeated:
 
 * ``reference``: float32 sampler with the current parameters (no mismatch);
+* one source at a time, no correction: ``bf16_lag0`` and ``fp8_lag0`` (precision only),
+  ``fp32_lag4`` (parameters 4 updates stale only);
 * ``bf16_lag4``: bf16 sampler with parameters 4 updates stale, no correction;
 * under the strong mismatch ``fp8_lag4`` (float8-e4m3 weights computed in bf16, 4 updates
   stale): no correction, token TIS (C=2), sequence TIS (C=2), Geo-Mask (0.9 <= rho_geo <= 1.1)
   and sample-based trust-region masking (max |log rho| <= 1, mean k3 <= 0.05).
 
-Seeds share prompts and sampling keys across runs. Run it (about 10 minutes on 2 busy cores):
+Seeds share prompts and sampling keys across runs. Run it (about 15 minutes on 2 busy cores):
 
     PYTHONPATH=. .venv/bin/python benchmarks/llm_mismatch.py
 """
@@ -23,6 +25,9 @@ from hyperx.llm.train import RLConfig, correction_preset
 
 RUNS = {
     "reference": ("float32", 0, "none"),
+    "bf16_lag0": ("bfloat16", 0, "none"),
+    "fp8_lag0": ("float8", 0, "none"),
+    "fp32_lag4": ("float32", 4, "none"),
     "bf16_lag4": ("bfloat16", 4, "none"),
     "fp8_lag4_none": ("float8", 4, "none"),
     "fp8_lag4_token_tis": ("float8", 4, "token_tis"),

@@ -3,6 +3,7 @@
 ``hyperx demo`` runs the library's main jobs on embedded defaults and prints what it found;
 ``hyperx bandit`` runs a regret sweep of bandit learners over many seeds;
 ``hyperx deepsea`` trains a value-based agent on DeepSea and writes returns, summary and plot;
+``hyperx atari`` trains a value-based agent on an Atari game (envpool or ale-py);
 ``hyperx llm`` runs RL on a small causal LM under a training-inference mismatch;
 ``hyperx plot DIR`` redraws the plot of a bandit or DeepSea run from its CSV.
 Argument errors print one line (``hyperx: error: ...``) and exit with status 2.
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep.register(sub)
     __import__("hyperx.llm.cli", fromlist=["register"]).register(sub)
+    __import__("hyperx.agents.atari_cli", fromlist=["register"]).register(sub)
     return parser
 
 

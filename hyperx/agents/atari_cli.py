@@ -1,0 +1,251 @@
+"""``hyperx atari``: train an agent on an Atari game, writing metrics, TensorBoard and a plot.
+
+Outputs in ``--out``: ``episodes.csv`` (every finished training game: seed, env, env_step,
+raw score, length), ``evaluations.csv`` (final-policy greedy scores per evaluation),
+``metrics.csv`` (one row per chunk and seed), ``tb/`` (TensorBoard event files),
+``summary.json`` (final and best scores with their protocols, throughput, replay bytes),
+``returns.png``, and ``checkpoints/`` with ``--checkpoint`` (resumed by ``--resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hyperx._argparse import add_run_dir_options, fail, non_negative_int, positive_int
+
+DESCRIPTION = ("Train a value-based agent on an Atari game through envpool or ale-py; the "
+               "whole loop runs as one compiled scan, evaluated between chunks.")
+OUTPUTS = ("episodes.csv", "evaluations.csv", "metrics.csv", "summary.json", "returns.png",
+           "tb", "checkpoints")
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``atari`` subcommand to a ``hyperx`` subparsers object; returns its parser."""
+    from hyperx.agents.config import AGENT_NAMES
+    from hyperx.envs.atari import BACKENDS
+
+    p = subparsers.add_parser("atari", help="train a value-based agent on an Atari game",
+                              description=DESCRIPTION)
+    p.add_argument("--game", default="Breakout", help="game, e.g. Breakout, MsPacman, Pong")
+    p.add_argument("--agent", default="hyperagent", help=f"one of {', '.join(AGENT_NAMES)}")
+    p.add_argument("--steps", type=positive_int, default=100_000, help="env steps per seed")
+    p.add_argument("--seeds", type=positive_int, default=1, help="agents in one program")
+    p.add_argument("--envs-per-seed", type=positive_int, default=1, help="games per agent")
+    p.add_argument("--backend", default="envpool", help=f"one of {', '.join(BACKENDS)}")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
+    p.add_argument("--eval-every", type=positive_int, default=None,
+                   help="env steps per seed between evaluations (default: steps / 10)")
+    p.add_argument("--eval-episodes", type=non_negative_int, default=10,
+                   help="greedy games per seed and evaluation")
+    p.add_argument("--best-eval-episodes", type=non_negative_int, default=0,
+                   help="re-evaluate the best checkpoint on this many games (HyperAgent: 200)")
+    p.add_argument("--learning-starts", type=non_negative_int, default=None,
+                   help="override the config's learning start (env steps)")
+    p.add_argument("--buffer-size", type=positive_int, default=None,
+                   help="override the config's replay size")
+    p.add_argument("--sticky-actions", action="store_true", help="repeat probability 0.25")
+    p.add_argument("--host-loop", action="store_true",
+                   help="drive the gymnasium API from Python instead of the XLA step")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="checkpoint to OUT/checkpoints after each chunk")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_run_dir_options(p)
+    p.set_defaults(func=run_from_args)
+    return p
+
+
+def _validate(args: argparse.Namespace) -> None:
+    from hyperx.agents.config import AGENT_NAMES
+    from hyperx.envs.atari import BACKENDS, game_names
+
+    if args.agent not in AGENT_NAMES:
+        fail(f"--agent: expected one of {', '.join(AGENT_NAMES)}, got {args.agent!r}")
+    if args.backend not in BACKENDS:
+        fail(f"--backend: expected one of {', '.join(BACKENDS)}, got {args.backend!r}")
+    names = game_names()
+    if args.game not in names:
+        fail(f"--game: expected an Atari game such as Breakout or MsPacman (one of "
+             f"{len(names)}; see hyperx.envs.atari.game_names()), got {args.game!r}")
+    if args.envs_per_seed > args.steps:
+        fail(f"--envs-per-seed: expected at most --steps = {args.steps}, "
+             f"got {args.envs_per_seed}")
+    if args.eval_every is not None and args.eval_every > args.steps:
+        fail(f"--eval-every: expected at most --steps = {args.steps}, got {args.eval_every}")
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from hyperx.agents.config import get_config
+
+    overrides = {k: v for k, v in (("learning_starts", args.learning_starts),
+                                   ("buffer_size", args.buffer_size)) if v is not None}
+    try:
+        return get_config(args.agent, env="atari", **overrides)
+    except ValueError as err:
+        fail(str(err))
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run ``hyperx atari`` from parsed arguments; returns the exit status."""
+    from hyperx._rundir import prepare_out, write_manifest
+
+    _validate(args)
+    config = _config(args)
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("func", "out", "quiet", "resume", "overwrite", "command")}
+    out, _ = prepare_out(args.out, "atari", settings, resume=args.resume,
+                         overwrite=args.overwrite, outputs=OUTPUTS)
+    write_manifest(out, "atari", settings)
+    from hyperx.agents.atari import train_atari
+
+    log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps)
+    try:
+        result = train_atari(
+            config, args.game, steps=args.steps, seeds=args.seeds,
+            envs_per_seed=args.envs_per_seed, backend=args.backend, seed=args.seed,
+            eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+            best_eval_episodes=args.best_eval_episodes, host_loop=args.host_loop,
+            sticky_actions=args.sticky_actions,
+            checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
+            on_chunk=log)
+    except ValueError as err:
+        fail(str(err))
+    finally:
+        log.close()
+    summary = write_summary(out, result, args)
+    write_manifest(out, "atari", settings, complete=True)
+    final = summary["final_score_mean"]
+    print(f"{args.agent} on {args.game}, {args.seeds} seed(s) x {args.envs_per_seed} env(s), "
+          f"{result.steps_done} steps: final greedy score "
+          f"{'n/a' if final is None else f'{final:.1f}'}, "
+          f"{result.env_steps_per_s:.0f} env steps/s; wrote {out}")
+    return 0
+
+
+class RunLog:
+    """Per-chunk logging: CSV rows (episodes, evaluations, metrics), TensorBoard, a bar."""
+
+    def __init__(self, out: Path, seeds: int, *, progress: bool, total: int):
+        self.out, self.seeds = out, seeds
+        self._files = {}
+        self._writers = {}
+        for name, fields in (("episodes", ("seed", "env", "env_step", "score", "length")),
+                             ("evaluations", ("seed", "env_step", "score")),
+                             ("metrics", ("env_step", "seed", "loss", "train_games",
+                                          "train_score", "eval_score", "env_steps_per_s"))):
+            f = open(out / f"{name}.csv", "w", newline="")  # noqa: SIM115
+            self._files[name] = f
+            self._writers[name] = csv.DictWriter(f, fieldnames=fields)
+            self._writers[name].writeheader()
+        try:
+            from tensorboardX import SummaryWriter
+
+            self._tb = SummaryWriter(str(out / "tb"))
+        except ImportError:
+            self._tb = None
+        self._bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, unit="step", desc="atari")
+
+    def __call__(self, chunk: dict) -> None:
+        step = chunk["env_steps"]
+        for row in chunk["episodes"]:
+            self._writers["episodes"].writerow(row)
+        scores = chunk["scores"]
+        for s in range(self.seeds):
+            games = [r["score"] for r in chunk["episodes"] if r["seed"] == s]
+            eval_score = None if scores is None else float(np.mean(scores[s]))
+            if scores is not None:
+                self._writers["evaluations"].writerow(dict(seed=s, env_step=step,
+                                                           score=eval_score))
+            row = dict(env_step=step, seed=s, loss=float(chunk["loss"][s]),
+                       train_games=len(games),
+                       train_score=float(np.mean(games)) if games else "",
+                       eval_score="" if eval_score is None else eval_score,
+                       env_steps_per_s=chunk["steps_per_s"])
+            self._writers["metrics"].writerow(row)
+            if self._tb is not None:
+                for key in ("loss", "train_score", "eval_score"):
+                    if row[key] != "":
+                        self._tb.add_scalar(f"seed{s}/{key}", row[key], step)
+        if self._tb is not None:
+            self._tb.add_scalar("env_steps_per_s", chunk["steps_per_s"], step)
+            self._tb.flush()
+        for f in self._files.values():
+            f.flush()
+        if self._bar is not None:
+            self._bar.n = step
+            self._bar.set_postfix(steps_per_s=f"{chunk['steps_per_s']:.0f}")
+            self._bar.refresh()
+
+    def close(self) -> None:
+        """Flush and close every writer."""
+        for f in self._files.values():
+            f.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._bar is not None:
+            self._bar.close()
+
+
+def write_summary(out: Path, result: Any, args: argparse.Namespace) -> dict:
+    """``summary.json`` and ``returns.png`` from the result; returns the summary."""
+    evaluations = result.evaluations
+    last_step = max((e["env_step"] for e in evaluations), default=None)
+    final = [e["score"] for e in evaluations if e["env_step"] == last_step]
+    summary = {
+        "game": args.game, "agent": args.agent, "backend": args.backend,
+        "seeds": args.seeds, "envs_per_seed": args.envs_per_seed,
+        "env_steps_per_seed": result.steps_done,
+        "final_score_mean": float(np.mean(final)) if final else None,
+        "final_scores": final,
+        "final_protocol": (f"final policy, greedy, {args.eval_episodes} games per seed, no "
+                           "life loss, no clipping, 27,000-step cap"),
+        "best": result.best,
+        "training_games": len(result.episodes),
+        "env_steps_per_s": result.env_steps_per_s,
+        "compile_time_s": result.compile_time_s,
+        "replay_bytes_per_seed": result.replay_bytes,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _plot(out / "returns.png", result, f"{args.agent} on {args.game}")
+    return summary
+
+
+def _plot(path: Path, result: Any, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    seeds = sorted({e["seed"] for e in result.episodes} | {e["seed"] for e in
+                                                           result.evaluations})
+    for s in seeds:
+        games = [e for e in result.episodes if e["seed"] == s]
+        if games:
+            steps = np.array([g["env_step"] for g in games])
+            scores = np.array([g["score"] for g in games])
+            window = max(1, min(20, len(scores)))
+            smooth = np.convolve(scores, np.ones(window) / window, mode="valid")
+            ax.plot(steps[window - 1:], smooth, alpha=0.6, label=f"seed {s} training")
+        evals = [e for e in result.evaluations if e["seed"] == s]
+        if evals:
+            ax.plot([e["env_step"] for e in evals], [e["score"] for e in evals], "o-",
+                    label=f"seed {s} evaluation")
+    ax.set_xlabel("env steps per seed")
+    ax.set_ylabel("game score (raw)")
+    ax.set_title(title)
+    if seeds:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

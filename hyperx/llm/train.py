@@ -29,6 +29,7 @@ al. 2025); OTB (arXiv:2602.07078); length-aware LR (arXiv:2602.01826, rule ours)
 from __future__ import annotations
 
 import collections
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -488,6 +489,11 @@ def evaluate(lm: LanguageModel, params, task: Task, key: jax.Array, n: int = 256
              greedy: bool = True, extra_tokens: int = 2) -> jax.Array:
     """Mean reward of ``n`` fresh prompts answered by ``lm`` (greedy by default), float32."""
     check_positive("n", n)
+    return _evaluate(lm, params, task, key, n, greedy, extra_tokens)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 4, 5, 6))
+def _evaluate(lm, params, task, key, n, greedy, extra_tokens):
     prompts, answers = task.sample(key, n)
     out = sample(lm, params, jax.random.fold_in(key, 1), prompts,
                  max_new_tokens=task.answer_len + extra_tokens, eos_id=task.tokenizer.eos_id,

@@ -10,7 +10,7 @@ from hyperx.cli import build_parser, main
 def test_llm_writes_metrics_summary_and_plot(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(["llm", "--task", "addition", "--difficulty", "1", "--steps", "2", "--prompts",
-               "2", "--group-size", "4", "--warmup-steps", "5", "--d-model", "16", "--layers",
+               "2", "--group-size", "4", "--warmup-steps", "0", "--d-model", "16", "--layers",
                "1", "--heads", "2", "--correction", "seq_tis", "--advantage", "otb", "--quiet",
                "--out", str(out)])
     assert rc == 0

@@ -67,3 +67,13 @@ def test_bad_inputs(tmp_path):
         load_hf_lm(str(tmp_path / "missing"))
     with pytest.raises(TypeError, match="model"):
         hf_lm(object())
+
+
+def test_cli_trains_a_saved_transformers_model(saved_gpt2, tmp_path):
+    from hyperx.cli import main
+
+    out = tmp_path / "run"
+    assert main(["llm", "--hf-path", saved_gpt2, "--difficulty", "1", "--steps", "1",
+                 "--prompts", "2", "--group-size", "2", "--warmup-steps", "0", "--quiet",
+                 "--out", str(out)]) == 0
+    assert (out / "metrics.csv").exists() and (out / "summary.json").exists()

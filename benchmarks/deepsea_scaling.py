@@ -31,9 +31,10 @@ import time
 import numpy as np
 
 from hyperx.agents import AGENT_NAMES, get_config
+from hyperx.agents.api import DEEPSEA_STEP_BUDGETS
 from hyperx.agents.deepsea import train_deepsea
 
-BUDGETS = {10: 20_000, 20: 50_000, 30: 100_000, 40: 120_000, 50: 200_000}
+BUDGETS = {n: DEEPSEA_STEP_BUDGETS[n] for n in (10, 20, 30, 40, 50)}  # the package's table
 HYPER = ("hyperagent", "hyperfqi", "hyperdqn")
 BASELINES = ("ensemble_plus", "epinet_dqn", "dqn")
 OUT = os.path.join(os.path.dirname(__file__), "results", "deepsea_scaling")

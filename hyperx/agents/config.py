@@ -137,7 +137,12 @@ _ATARI_HYPER = dict(torso="nature_cnn", torso_widths=(256,), sigma=0.01, beta=0.
                     target_update_period=5, buffer_size=100_000, learning_starts=2000)
 
 _CONFIGS: dict[tuple[str, str], AgentConfig] = {
-    ("hyperagent", "deepsea"): _DEEPSEA_HYPERAGENT,
+    # The HyperAgent reference's run_deepsea.py defaults (szrlee/HyperAgent; docs/deepsea.md,
+    # "Parity with the reference code"): Xavier-normal torso and generated layer, sphere
+    # biases b and b_0, an independently initialised prior torso, Adam eps 1.5e-4, clip 10.
+    ("hyperagent", "deepsea"): dataclasses.replace(
+        _DEEPSEA_HYPERAGENT, init_scheme="reference", prior_torso="independent",
+        adam_eps=1.5e-4, max_grad_norm=10.0),
     # The HyperFQI reference's DeepSea script keeps its run_deepsea.py defaults: n-step 1 (not
     # the 10 of its Atari runs; with n = 10 we measured 1/5 seeds learning N = 10 and 0/5 N = 20),
     # Gaussian index, target noise 1e-4, Adam eps 1.5e-4, gradient-norm clip 10.

@@ -4,7 +4,7 @@ A transition's observation is a stack of the last 4 frames, but consecutive stac
 them, so the buffer stores only each observation's newest frame (uint8) with the action,
 reward, flags and the per-transition perturbation z, and rebuilds stacks at sample time
 (the design of Dopamine's circular replay, Castro et al. 2018). 100,000 transitions of
-84 x 84 frames take 100,000 x (7,056 + 27 + 4 M) bytes, about 0.71 GB; a 1M buffer (7.1 GB)
+84 x 84 frames take 100,000 x (7,056 + 11 + 4 M) bytes, about 0.71 GB; a 1M buffer (7.1 GB)
 fits on one GPU.
 
 Layout: ``E`` streams (one per environment), each a ring of ``capacity / E`` slots; slot ``j``

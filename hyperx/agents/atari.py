@@ -36,7 +36,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_positive
+from hyperx._validation import (
+    check_memory,
+    check_positive,
+    device_memory_bytes,
+    format_bytes,
+)
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.atari_replay import make_frame_replay, replay_bytes
@@ -166,6 +171,17 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
     return AtariProgram(agent, num_seeds, envs_per_seed, act, observe, jax.jit(init))
 
 
+def check_replay_memory(config: AgentConfig, seeds: int, steps: int) -> None:
+    """Raise ``ValueError`` with the estimate when ``seeds`` frame replays (of
+    ``min(buffer_size, steps)`` transitions each, twice over for a chunk's input and output)
+    exceed device memory: a 1M buffer is 7.1 GB per seed."""
+    per_seed = min(config.buffer_size, steps) * (OBS_SHAPE[1] * OBS_SHAPE[2] + 11
+                                                  + 4 * config.index_dim)
+    check_memory(f"replay of {seeds} seed(s) x {min(config.buffer_size, steps)} transitions "
+                 f"({format_bytes(per_seed)} per seed)", 2 * seeds * per_seed,
+                 device_memory_bytes(), "device memory")
+
+
 def initial_carry(program: AtariProgram, first_obs: np.ndarray, seed: int,
                   num_evals: int) -> AtariCarry:
     """Iteration 0: seed ``s`` keyed by ``fold_in(PRNGKey(seed), s)``."""
@@ -267,7 +283,8 @@ def record_evaluation(evals: Evaluations, step: int, scores: np.ndarray,
 def train_atari(
     config: AgentConfig, game: str, *, steps: int, seeds: int = 1, envs_per_seed: int = 1,
     backend: str = "envpool", seed: int = 0, eval_every: int | None = None,
-    eval_episodes: int = 10, best_eval_episodes: int = 0, host_loop: bool = False,
+    eval_episodes: int = 10, best_eval_episodes: int = 0,
+    eval_max_steps: int = MAX_EVAL_STEPS, host_loop: bool = False,
     sticky_actions: bool = False, checkpoint_dir: str | None = None,
     max_chunks: int | None = None, on_chunk: Callable[[dict], None] | None = None,
 ) -> AtariResult:
@@ -284,7 +301,9 @@ def train_atari(
       eval_every: env steps per seed between evaluations, which are also the chunk size
         (default: 10 evaluations per run); eval_episodes: greedy games per seed and
         evaluation (0: none); best_eval_episodes: re-evaluate each seed's best parameters on
-        this many games at the end (HyperAgent's protocol: 200).
+        this many games at the end (HyperAgent's protocol: 200); eval_max_steps: agent
+        steps per evaluation game (27,000, the 108,000-frame cap; a greedy policy that never
+        presses FIRE can otherwise idle until the cap).
       host_loop: drive the gymnasium face from Python instead of the compiled XLA step.
       sticky_actions: repeat the previous action with probability 0.25.
       checkpoint_dir: save the carry after each chunk and resume from the latest intact one.
@@ -294,9 +313,11 @@ def train_atari(
     check_positive("steps", steps)
     check_positive("eval_episodes", eval_episodes, allow_zero=True)
     check_positive("best_eval_episodes", best_eval_episodes, allow_zero=True)
+    check_positive("eval_max_steps", eval_max_steps)
     iterations = math.ceil(steps / envs_per_seed)
     every = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
     check_positive("eval_every", every)
+    check_replay_memory(config, seeds, iterations * envs_per_seed)
     env = make_atari(game, backend=backend, num_envs=seeds * envs_per_seed, seed=seed,
                      sticky_actions=sticky_actions)
     program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
@@ -351,7 +372,8 @@ def train_atari(
         if eval_episodes:
             key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), int(carry.evals.count))
             scores = evaluate(program, carry.seeds.agent.params, carry.seeds.agent.prior,
-                              eval_env, key, eval_episodes, seed + 10_000 + int(carry.t))
+                              eval_env, key, eval_episodes, seed + 10_000 + int(carry.t),
+                              eval_max_steps)
             carry = carry._replace(evals=record_evaluation(
                 carry.evals, env_steps, scores, carry.seeds.agent.params))
         if manager is not None:
@@ -363,7 +385,7 @@ def train_atari(
                           steps_per_s=length * seeds * envs_per_seed / max(chunk_time, 1e-9)))
     if manager is not None:
         manager.close()
-    best = _best(program, carry, best_eval_episodes, seed,
+    best = _best(program, carry, best_eval_episodes, seed, eval_max_steps,
                  dict(game=game, backend=backend, sticky_actions=sticky_actions))
     evaluations = [dict(seed=s, env_step=int(carry.evals.steps[i]),
                         score=float(carry.evals.scores[i, s]))
@@ -399,7 +421,7 @@ def _finished_games(log: StepLog, t0: int, envs_per_seed: int) -> list[dict]:
 
 
 def _best(program: AtariProgram, carry: AtariCarry, episodes: int, seed: int,
-          env_options: dict) -> list[dict]:
+          max_steps: int, env_options: dict) -> list[dict]:
     evals = carry.evals
     best = [dict(seed=s, score=float(evals.best_score[s]), env_step=int(evals.best_step[s]),
                  protocol="best evaluation during training (optimistic)")
@@ -408,7 +430,7 @@ def _best(program: AtariProgram, carry: AtariCarry, episodes: int, seed: int,
         env = make_atari(num_envs=program.num_seeds * episodes, seed=seed + 20_000,
                          training=False, **env_options)
         scores = evaluate(program, evals.best_params, carry.seeds.agent.prior, env,
-                          jax.random.PRNGKey(seed + 2), episodes, seed + 20_000)
+                          jax.random.PRNGKey(seed + 2), episodes, seed + 20_000, max_steps)
         env.close()
         for s, row in enumerate(best):
             row.update(rerun_score=float(scores[s].mean()), rerun_episodes=episodes,

@@ -95,8 +95,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run ``hyperx atari`` from parsed arguments; returns the exit status."""
     from hyperx._rundir import prepare_out, write_manifest
 
+    from hyperx.agents.core import updates_per_iteration
+
     _validate(args)
     config = _config(args)
+    try:
+        updates_per_iteration(config, args.envs_per_seed)
+    except ValueError as err:
+        fail(str(err).replace("num_envs:", "--envs-per-seed:"))
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("func", "out", "quiet", "resume", "overwrite", "command")}
     out, _ = prepare_out(args.out, "atari", settings, resume=args.resume,

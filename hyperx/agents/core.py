@@ -305,7 +305,7 @@ def _learn_if(due: Array, state: AgentState, key: Array, learn: Callable,
     return state._replace(**dict(zip(_LEARNED, parts, strict=True)))
 
 
-def _updates_per_iteration(config: AgentConfig, num_envs: int) -> tuple[int, int]:
+def updates_per_iteration(config: AgentConfig, num_envs: int) -> tuple[int, int]:
     """(gradient steps per learning iteration, iterations between them) for B envs that each
     take one step per iteration: ``updates_per_step`` per ``update_every`` env steps."""
     steps, every = num_envs, config.update_every
@@ -330,7 +330,7 @@ def _batched(config: AgentConfig, network: Network, num_actions: int, obs_exampl
     ``env_steps`` grows by B (an autoreset step counts, though it stores nothing); the
     update ratio stays ``updates_per_step`` per ``update_every`` env steps.
     """
-    per_iteration, period = _updates_per_iteration(config, num_envs)
+    per_iteration, period = updates_per_iteration(config, num_envs)
 
     def init(key: Array) -> AgentState:
         k_net, k_example, k_index = jax.random.split(key, 3)

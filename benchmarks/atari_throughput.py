@@ -1,0 +1,170 @@
+"""Atari training throughput: our compiled loop against the CleanRL dqn_atari_jax design.
+
+Both drivers train the same agent (same Nature CNN, batch 32, one gradient step every
+``update_every`` = 4 env steps, the same jitted update) on the same game:
+
+* ``compiled``: :func:`hyperx.agents.atari.train_atari`, the whole loop (XLA env step, act,
+  store in the frame replay, update, target sync) one ``lax.scan``;
+* ``python_loop``: the design most JAX users run (CleanRL's ``dqn_atari_jax.py``): one
+  gymnasium environment stepped from Python, a jitted action per step, transitions stored in
+  the replay by a jitted call, and a jitted update called from Python every 4 steps.
+
+Also measured: the time of one gradient step (top-level jitted update, full batch), the
+update-bound limit it implies (``update_every / t_update`` env steps/s if the env and acting
+cost nothing), our fraction of it, the replay bytes per 100k transitions, and how throughput
+scales with the number of agents in one program (seeds x envs = 1, 4, 16).
+
+Env steps per second are summed over agents and measured after compilation, both designs in
+this process. Writes benchmarks/results/atari_throughput.json. Full run: about 10-15 minutes on
+2 CPU cores; tiny check: ``python benchmarks/atari_throughput.py --steps 64 --agents-grid 1
+--out /tmp/t.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hyperx.agents import Transition, get_config
+from hyperx.agents.atari import train_atari
+from hyperx.agents.core import make_agent
+from hyperx.atari_replay import make_frame_replay, replay_bytes
+from hyperx.envs.atari import OBS_SHAPE, make_atari
+
+OUT = os.path.join(os.path.dirname(__file__), "results", "atari_throughput.json")
+
+
+def config(agent: str, learning_starts: int) -> object:
+    return get_config(agent, env="atari", update_every=4, batch_size=32, torso_widths=(256,),
+                      buffer_size=20_000, learning_starts=learning_starts)
+
+
+def compiled(agent: str, game: str, steps: int, seeds: int, envs: int) -> dict:
+    """Our compiled loop: ``seeds`` agents x ``envs`` games in one program."""
+    result = train_atari(config(agent, 64), game, steps=steps, seeds=seeds,
+                         envs_per_seed=envs, eval_episodes=0)
+    return {"driver": "compiled", "agent": agent, "seeds": seeds, "envs_per_seed": envs,
+            "env_steps": result.steps_done * seeds, "compile_time_s": result.compile_time_s,
+            "env_steps_per_s": result.env_steps_per_s}
+
+
+def python_loop(agent: str, game: str, steps: int) -> dict:
+    """The CleanRL design: one env, a Python loop, a jitted update every 4 steps."""
+    cfg = config(agent, 10**9)  # observe only stores; the loop calls the update itself
+    env = make_atari(game, num_envs=1)
+    jitted = make_agent(cfg, env.num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
+                        step_budget=steps + 64).jit()
+    keys = jax.jit(lambda k: tuple(jax.random.split(k, 4)))
+
+    def run(n: int, state, key, obs):
+        start = time.perf_counter()
+        for t in range(n):
+            key, k_act, k_obs, k_upd = keys(key)
+            action = int(jitted.act(state, k_act, obs))
+            next_obs, reward, term, trunc, info = env.step(np.array([action]))
+            if not info["reset_step"][0]:
+                state = jitted.observe(state, k_obs, Transition(
+                    obs, jnp.int32(action), jnp.float32(reward[0]), next_obs[0],
+                    jnp.bool_(term[0]), jnp.bool_(trunc[0])))
+            if t % 4 == 3 and int(state.replay.num_added) >= cfg.batch_size:
+                state = jitted.update(state, k_upd)
+            obs = next_obs[0]
+        jax.block_until_ready(state)
+        return time.perf_counter() - start, state, key, obs
+
+    obs, _ = env.reset()
+    state = jitted.init(jax.random.PRNGKey(0))
+    _, state, key, obs = run(64, state, jax.random.PRNGKey(1), obs[0])  # compile, warm up
+    elapsed, state, _, _ = run(steps, state, key, obs)
+    env.close()
+    return {"driver": "python_loop", "agent": agent, "seeds": 1, "envs_per_seed": 1,
+            "env_steps": steps, "env_steps_per_s": steps / elapsed}
+
+
+def update_time(agent: str, game: str, repeats: int = 20) -> float:
+    """Seconds per gradient step: the jitted update at the top level on a filled replay."""
+    cfg = config(agent, 10**9)
+    env = make_atari(game, num_envs=1)
+    replay = make_frame_replay(1, cfg.n_step, cfg.gamma)
+    agent_fns = make_agent(cfg, env.num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
+                           num_envs=1, replay=replay, step_budget=4096)
+    state = jax.jit(agent_fns.init)(jax.random.PRNGKey(0))
+    obs, _ = env.reset()
+    observe = jax.jit(agent_fns.observe)
+    first = True
+    from hyperx.agents.core import BatchTransition
+
+    for t in range(256):
+        action = np.random.default_rng(t).integers(0, env.num_actions, 1)
+        next_obs, reward, term, trunc, info = env.step(action)
+        state = observe(state, jax.random.PRNGKey(t), BatchTransition(
+            jnp.asarray(obs), jnp.asarray(action, jnp.int32), jnp.asarray(reward),
+            jnp.asarray(term), jnp.asarray(trunc), jnp.bool_([first]),
+            jnp.asarray(~info["reset_step"])))
+        first = bool(info["reset_step"][0])
+        obs = next_obs
+    env.close()
+    update = jax.jit(agent_fns.update)
+    jax.block_until_ready(update(state, jax.random.PRNGKey(0)))
+    start = time.perf_counter()
+    for i in range(repeats):
+        state = update(state, jax.random.PRNGKey(i))
+    jax.block_until_ready(state)
+    return (time.perf_counter() - start) / repeats
+
+
+def replay_bytes_per_100k(agent: str) -> int:
+    cfg = get_config(agent, env="atari")
+    replay = make_frame_replay(1, cfg.n_step, cfg.gamma)
+    example = dict(obs=np.zeros(OBS_SHAPE, np.uint8), action=0, reward=0.0, terminal=False,
+                   truncated=False, first=False, z=np.zeros(cfg.index_dim, np.float32))
+    return replay_bytes(jax.eval_shape(lambda e: replay.init(100_000, e), example))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", default="Breakout")
+    parser.add_argument("--agents", nargs="+", default=["hyperagent", "dqn"])
+    parser.add_argument("--steps", type=int, default=1024, help="env steps per agent")
+    parser.add_argument("--agents-grid", type=int, nargs="+", default=[1, 4, 16],
+                        help="agents (seeds) per program for the scaling rows")
+    parser.add_argument("--out", default=OUT)
+    args = parser.parse_args()
+    rows, summary = [], {}
+    for agent in args.agents:
+        t_update = update_time(agent, args.game)
+        loop = python_loop(agent, args.game, args.steps)
+        ours = compiled(agent, args.game, args.steps, 1, 4)
+        limit = 4 / t_update
+        summary[agent] = {
+            "update_s": t_update, "update_bound_env_steps_per_s": limit,
+            "compiled_env_steps_per_s": ours["env_steps_per_s"],
+            "python_loop_env_steps_per_s": loop["env_steps_per_s"],
+            "ratio_compiled_to_python_loop": ours["env_steps_per_s"] / loop["env_steps_per_s"],
+            "fraction_of_update_bound": ours["env_steps_per_s"] / limit,
+            "replay_bytes_per_100k": replay_bytes_per_100k(agent)}
+        rows += [loop, ours]
+        for seeds in args.agents_grid:
+            row = compiled(agent, args.game, args.steps, seeds, 1)
+            rows.append(row)
+        print(json.dumps(summary[agent], indent=1), flush=True)
+    result = {"game": args.game, "steps_per_agent": args.steps, "update_every": 4,
+              "batch_size": 32, "backend": "envpool", "device": str(jax.devices()[0]),
+              "platform": jax.default_backend(), "summary": summary, "rows": rows,
+              "command": "python benchmarks/atari_throughput.py " + " ".join(
+                  f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                  for k, v in vars(args).items() if k != "out")}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

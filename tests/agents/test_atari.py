@@ -1,0 +1,120 @@
+"""The Atari training loop on real ROMs: compiled vs host loop, every config, resume."""
+
+import jax
+import numpy as np
+import pytest
+
+from hyperx.agents import get_config
+from hyperx.agents.atari import train_atari
+from hyperx.agents.config import AGENT_NAMES
+from hyperx.cli import main
+
+SMALL = dict(buffer_size=400, learning_starts=64)
+
+
+def leaves_equal(a, b) -> bool:
+    return all(np.array_equal(np.asarray(x), np.asarray(y))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+
+def test_compiled_and_host_loops_store_the_same_transitions():
+    """Same seed, learning off (so actions depend only on the keys and initial network): the
+    compiled XLA loop and the gymnasium host loop fill the replay identically."""
+    config = get_config("hyperagent", env="atari", buffer_size=400, learning_starts=10**6)
+    runs = [train_atari(config, "Breakout", steps=160, seeds=1, envs_per_seed=2,
+                        eval_episodes=0, host_loop=host) for host in (False, True)]
+    compiled, host = (r.carry.seeds.agent.replay for r in runs)
+    assert int(compiled.num_added[0]) > 100  # 160 steps minus any autoreset steps
+    assert leaves_equal(compiled, host)
+    assert runs[0].episodes == runs[1].episodes
+
+
+@pytest.mark.parametrize("name", [
+    n if n == "hyperagent" else pytest.param(n, marks=pytest.mark.slow)
+    for n in AGENT_NAMES])
+def test_every_atari_config_trains_a_few_hundred_steps_without_nan(name):
+    config = get_config(name, env="atari", **SMALL)
+    result = train_atari(config, "Breakout", steps=256, seeds=1, envs_per_seed=4,
+                         eval_episodes=0)
+    agent = result.carry.seeds.agent
+    assert int(agent.grad_steps[0]) > 0
+    assert np.isfinite(np.asarray(agent.loss)).all()
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(agent.params))
+    assert result.steps_done == 256
+
+
+def test_resume_restores_the_learner_and_evaluations_bit_for_bit(tmp_path):
+    config = get_config("hyperagent", env="atari", **SMALL)
+    kwargs = dict(steps=160, seeds=2, envs_per_seed=1, eval_every=80, eval_episodes=1,
+                  eval_max_steps=60, checkpoint_dir=str(tmp_path / "ckpt"))
+    first = train_atari(config, "Breakout", max_chunks=1, **kwargs)
+    assert first.steps_done == 80 and int(first.carry.evals.count) == 1
+    scores = np.asarray(first.carry.evals.scores[0])
+    assert [b["score"] for b in first.best] == list(scores)
+    restored = train_atari(config, "Breakout", max_chunks=0, **kwargs)
+    assert restored.steps_done == 80
+    assert leaves_equal(first.carry.seeds.agent, restored.carry.seeds.agent)
+    assert leaves_equal(first.carry.seeds.key, restored.carry.seeds.key)
+    assert leaves_equal(first.carry.evals, restored.carry.evals)
+    # Emulators are not saved: the resumed streams start new games.
+    assert np.asarray(restored.carry.seeds.first).all()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--game", "Tetris2"], "--game: expected an Atari game"),
+    (["--backend", "gym"], "--backend: expected one of envpool, ale"),
+    (["--agent", "ppo"], "--agent: expected one of"),
+    (["--envs-per-seed", "0"], "--envs-per-seed"),
+    (["--steps", "4", "--envs-per-seed", "8"], "--envs-per-seed: expected at most"),
+    (["--agent", "hyperdqn", "--envs-per-seed", "3"], "--envs-per-seed: expected a multiple"),
+])
+def test_cli_bad_arguments_are_one_line_errors(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["atari", *argv, "--steps", argv[argv.index("--steps") + 1] if "--steps" in argv
+              else "64", "--out", str(tmp_path / "run"), "--quiet"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_cli_writes_metrics_tensorboard_summary_and_plot(tmp_path):
+    out = tmp_path / "run"
+    argv = ["atari", "--game", "Pong", "--agent", "dqn", "--steps", "256", "--envs-per-seed",
+            "4", "--eval-every", "128", "--eval-episodes", "1", "--learning-starts", "64",
+            "--buffer-size", "512", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    for name in ("episodes.csv", "evaluations.csv", "metrics.csv", "summary.json",
+                 "returns.png"):
+        assert (out / name).exists(), name
+    assert any((out / "tb").iterdir())
+
+
+@pytest.mark.slow
+def test_atari_page_code_runs(tmp_path, monkeypatch):
+    """docs/atari.md: python blocks run in order, hyperx commands parse (as tests/test_docs.py
+    does for the other pages; this page compiles a training loop, so it runs here)."""
+    import pathlib
+    import re
+    import shlex
+
+    from hyperx.cli import build_parser
+
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "atari.md"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "docs"}
+    for lang, code in re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(), re.M | re.S):
+        assert lang in ("python", "bash", "text")
+        if lang == "python":
+            exec(compile(code, "atari.md", "exec"), namespace)
+        elif lang == "bash":
+            for line in code.splitlines():
+                build_parser().parse_args(shlex.split(line)[1:])
+
+
+def test_replay_memory_is_checked_before_allocating():
+    from hyperx.agents.atari import check_replay_memory
+
+    check_replay_memory(get_config("hyperagent", env="atari"), 1, 100_000)
+    with pytest.raises(ValueError, match=r"replay of 4096 seed\(s\).*needs an estimated"):
+        check_replay_memory(get_config("hyperdqn", env="atari"), 4096, 10**6)

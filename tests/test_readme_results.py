@@ -1,0 +1,114 @@
+"""The README's DeepSea and bandit figures equal the files in benchmarks/results/ (issue 14).
+
+Each expected phrase is formatted here from a results file and must appear in README.md
+(whitespace normalised), so a change that moves a result cannot leave the README stale. DeepSea
+per-seed lists are written in one form, ``agent N = n: e1, e2, ... (k/s)``; every such mention
+in the README is checked against its cell file in benchmarks/results/deepsea_scaling/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _readme() -> str:
+    return " ".join((ROOT / "README.md").read_text().split())
+
+
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _smallest_m_phrase(by_index: dict[str, int]) -> str:
+    """{"gaussian": 16, "one_hot": 64} -> "16 (gaussian) and 64 (one_hot)"."""
+    groups: dict[int, list[str]] = {}
+    for index, m in by_index.items():
+        groups.setdefault(m, []).append(index)
+    parts = [f"{m} ({', '.join(names)})" for m, names in sorted(groups.items())]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _bandit_phrases() -> list[str]:
+    size = _load("bandit_ensemble_size.json")
+    d50, d100, ref = size["cells"]["d50_k1000"], size["cells"]["d100_k10000"], size["reference"]
+
+    def ms(cell: dict) -> str:
+        return f"{cell['mean']:.0f} +- {cell['sd']:.0f}"
+
+    phrases = [f"| exact TS | {ms(d50['exact_ts'])} | {ref['exact_ts'][0]:.0f} +- "
+               f"{ref['exact_ts'][1]:.0f} |", f"| LinUCB (alpha = 2.36) | {ms(d50['linucb'])} |"]
+    for m in (4, 16, 32, 64):
+        row = f"| Ensemble++ gaussian M = {m} | {ms(d50[f'ensemble_pp:gaussian:M={m}'])} |"
+        if str(m) in ref["ensemble_pp_gaussian"]:
+            r = ref["ensemble_pp_gaussian"][str(m)]
+            row += f" {r[0]:.0f} +- {r[1]:.0f} |"
+        phrases.append(row)
+    means = ", ".join(f"{d100[f'ensemble_pp:gaussian:M={m}']['mean']:.0f}" for m in (8, 16, 32, 64))
+    phrases.append(f"exact TS has {ms(d100['exact_ts'])}; Ensemble++ gaussian M = 8, 16, 32, 64: "
+                   f"{means}")
+    for key in ("d50_k1000", "d100_k10000"):
+        phrases.append("smallest M within 10% of exact TS is "
+                       + _smallest_m_phrase(size["smallest_m_within_10pct"][key]))
+
+    neural = _load("bandit_neural.json")
+    quad = neural["results"]["quadratic"]
+    phrases.append(f"({quad['neural_ensemble_pp']['final_mean']:.0f} vs "
+                   f"{quad['uniform']['final_mean']:.0f})")
+    for name in ("neural_ensemble_pp_selected", "neural_epsilon_greedy", "neural_ensemble_plus",
+                 "neural_epinet"):
+        phrases.append(f"{quad[name]['final_mean']:.0f} +- {quad[name]['final_ci95']:.0f}")
+    selected = neural["prior_scale_selection"]["quadratic"]["selected"]["prior_scale"]
+    phrases.append(f"with the scale selected on held-out seeds ({selected:g})")
+
+    rows = _load("bandit_throughput.json")["rows"]
+
+    def span(size: str, key: str, fmt: str, scale: float = 1.0) -> str:
+        vals = sorted(r[key] * scale for r in rows if r["size"] == size)
+        return f"{vals[0]:{fmt}}-{vals[-1]:{fmt}}"
+
+    phrases += [
+        f"K = 1000, {span('d50_k1000', 'jax_seed_steps_per_s', '.0f', 1e-3).replace('-', 'k-')}k "
+        "seed-rounds/s",
+        f"({span('d50_k1000', 'speedup_vs_numpy', '.1f')}x a per-seed NumPy loop",
+        f"{span('d50_k1000', 'fraction_of_floor', '.0f', 100)}% of the DRAM-bandwidth floor",
+        f"run {span('d100_k10000', 'jax_seed_steps_per_s', '.1f', 1e-3).replace('-', 'k-')}k "
+        "seed-rounds/s",
+        f"{span('d100_k10000', 'groups_vs_one_pass', '.1f')}x one pass over all 200 seeds",
+        f"{span('d100_k10000', 'fraction_of_floor', '.0f', 100)}% of the floor",
+        f"within {span('d100_k10000', 'speedup_vs_numpy', '.1f')}x of it there",
+    ]
+    return phrases
+
+
+def _deepsea_phrases() -> list[str]:
+    throughput = _load("deepsea_throughput.json")
+    (row,) = [r for r in throughput["rows"] if r["driver"] == "scan" and r["seeds"] == 64]
+    reference = _load("deepsea_reference.json")["median"]
+    return [f"{row['env_steps_per_s']:,.0f} env steps/s summed over 64 vmapped seeds, "
+            f"{throughput['scan_over_loop']['64']:.1f}x a Python loop",
+            f"median {reference['30']} at N = 30 and {reference['40']} at N = 40"]
+
+
+@pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases())
+def test_readme_states_the_result_file(phrase):
+    assert " ".join(phrase.split()) in _readme(), f"README.md does not say: {phrase!r}"
+
+
+_CELL = re.compile(r"`?([a-z_]+)`? N = (\d+): ((?:-?\d+, )*-?\d+) \((\d+)/(\d+)\)")
+
+
+def test_readme_deepsea_per_seed_episodes_equal_the_cells():
+    found = _CELL.findall(_readme())
+    assert len(found) >= 6, "expected the DeepSea per-seed lists in README.md"
+    for agent, size, episodes, learned, seeds in found:
+        cell = json.loads((RESULTS / "deepsea_scaling" / f"{agent}_N{size}.json").read_text())
+        per_seed = cell["learned_episode_bsuite"]
+        assert [int(e) for e in episodes.split(", ")] == per_seed, (agent, size)
+        assert (int(learned), int(seeds)) == (sum(e > 0 for e in per_seed), len(per_seed))

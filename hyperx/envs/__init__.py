@@ -2,10 +2,10 @@
 
 from importlib.util import find_spec
 
-from hyperx.envs import bandits, deepsea
+from hyperx.envs import bandits, deepsea, text_bandit
 from hyperx.envs.bandits import BanditEnv, make_bandit_env
 
-__all__ = ["BanditEnv", "bandits", "deepsea", "make_bandit_env"]
+__all__ = ["BanditEnv", "bandits", "deepsea", "make_bandit_env", "text_bandit"]
 
 if find_spec("gymnasium") is not None:
     import gymnasium

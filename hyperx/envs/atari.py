@@ -22,7 +22,7 @@ of a reset step: its "observation" is the previous game's last one and its "next
 the new game's first. :mod:`hyperx.agents.atari` masks those steps out of the replay, and
 :mod:`hyperx.atari_replay` never builds a frame stack across a game start.
 
-Where the backends differ (tests/envs/test_atari.py measures it): the stack right after a
+Where the backends differ (tests/envs/test_atari_env.py measures it): the stack right after a
 reset repeats the first frame four times in envpool and pads with three zero frames in ale-py;
 the no-op starts draw from each backend's own generator; and the 84 x 84 resize differs
 (envpool resizes with area interpolation). With ``noop_max=0`` and the same actions, the

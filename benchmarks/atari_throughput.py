@@ -139,8 +139,11 @@ def main() -> None:
     rows, summary = [], {}
     for agent in args.agents:
         t_update = update_time(agent, args.game)
+        print(f"{agent}: {t_update * 1e3:.1f} ms per gradient step", flush=True)
         loop = python_loop(agent, args.game, args.steps)
+        print(f"{agent}: python loop {loop['env_steps_per_s']:.1f} env steps/s", flush=True)
         ours = compiled(agent, args.game, args.steps, 1, 4)
+        print(f"{agent}: compiled {ours['env_steps_per_s']:.1f} env steps/s", flush=True)
         limit = 4 / t_update
         summary[agent] = {
             "update_s": t_update, "update_bound_env_steps_per_s": limit,
@@ -153,6 +156,8 @@ def main() -> None:
         for seeds in args.agents_grid:
             row = compiled(agent, args.game, args.steps, seeds, 1)
             rows.append(row)
+            print(f"{agent}: {seeds} agents {row['env_steps_per_s']:.1f} env steps/s",
+                  flush=True)
         print(json.dumps(summary[agent], indent=1), flush=True)
     result = {"game": args.game, "steps_per_agent": args.steps, "update_every": 4,
               "batch_size": 32, "backend": "envpool", "device": str(jax.devices()[0]),

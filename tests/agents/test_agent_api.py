@@ -63,6 +63,7 @@ def test_jitted_init_equals_init_to_round_off():
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_key_schedule_reproduces_train_deepsea():
     """A host loop with KeySchedule gets train_deepsea's seed 1 episodes (seed 1 of 2)."""
     size, episodes = 4, 50
@@ -109,6 +110,7 @@ def test_decode_one_hot_and_the_terminal_observation():
         decode_one_hot(np.zeros((4, 4)), 5)
 
 
+@pytest.mark.slow
 def test_bsuite_adapter_runs_bsuite_deep_sea_10_with_csv_logging(tmp_path):
     """bsuite's own DeepSea(10) (deep_sea/0, mapping seed 42), loop and CSV logger; the
     logged cumulative return equals train_deepsea's seed 0 over the same episodes."""

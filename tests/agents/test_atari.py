@@ -17,6 +17,7 @@ def leaves_equal(a, b) -> bool:
                for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
+@pytest.mark.slow
 def test_compiled_and_host_loops_store_the_same_transitions():
     """Same seed, learning off (so actions depend only on the keys and initial network): the
     compiled XLA loop and the gymnasium host loop fill the replay identically."""
@@ -30,8 +31,7 @@ def test_compiled_and_host_loops_store_the_same_transitions():
 
 
 @pytest.mark.parametrize("name", [
-    n if n == "hyperagent" else pytest.param(n, marks=pytest.mark.slow)
-    for n in AGENT_NAMES])
+    pytest.param(n, marks=pytest.mark.slow) for n in AGENT_NAMES])
 def test_every_atari_config_trains_a_few_hundred_steps_without_nan(name):
     config = get_config(name, env="atari", **SMALL)
     result = train_atari(config, "Breakout", steps=256, seeds=1, envs_per_seed=4,
@@ -43,6 +43,7 @@ def test_every_atari_config_trains_a_few_hundred_steps_without_nan(name):
     assert result.steps_done == 256
 
 
+@pytest.mark.slow
 def test_resume_restores_the_learner_and_evaluations_bit_for_bit(tmp_path):
     config = get_config("hyperagent", env="atari", **SMALL)
     kwargs = dict(steps=160, seeds=2, envs_per_seed=1, eval_every=80, eval_episodes=1,

@@ -29,12 +29,13 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
 from hyperx._validation import (
     check_memory,
@@ -43,10 +44,10 @@ from hyperx._validation import (
     format_bytes,
 )
 from hyperx.agents.config import AgentConfig
-from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
+from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent, observe_seeds
 from hyperx.atari_replay import make_frame_replay, replay_bytes
 from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
-from hyperx.experiment import run_scan
+from hyperx.experiment import run_scan, shard_leading_axis
 
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
@@ -151,7 +152,7 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
         valid = ~out.reset_step
         transition = BatchTransition(seeds.obs, actions, out.reward, out.terminated,
                                      out.truncated, seeds.first, valid)
-        agents = jax.vmap(agent.observe)(seeds.agent, k_observe, transition)
+        agents = observe_seeds(agent, seeds.agent, k_observe, transition)
         game_return = seeds.game_return + jnp.where(valid, out.raw_reward, 0.0)
         game_length = seeds.game_length + valid.astype(jnp.int32)
         ended = out.game_over | out.truncated
@@ -208,6 +209,41 @@ def compiled_step(program: AtariProgram, env_step: Callable) -> Callable:
         return (env, seeds), log
 
     return step
+
+
+def sharded_step(program: AtariProgram, pools: list[tuple[EnvCarry, Callable]],
+                 devices: Sequence[Any]) -> tuple[EnvCarry, Callable]:
+    """The iteration of :func:`compiled_step` with the seeds spread over ``devices``.
+
+    ``program`` is one device's block of seeds; ``pools`` holds one ``(carry, step)`` XLA face
+    per device (:meth:`hyperx.envs.atari.AtariEnv.xla`). A backend's step is bound to its own
+    emulators at trace time, so every device's program holds all the steps and a
+    ``lax.switch`` on the device's position in the mesh runs its own pool's. Returns the env
+    carries stacked on a leading device axis (sharded) and ``step`` for :func:`run_scan`, a
+    ``jax.shard_map`` over the 1-D mesh ``"runs"`` whose seed-axis outputs are concatenated
+    over devices in order.
+    """
+    carries, steps = zip(*pools, strict=True)
+    env_carry = shard_leading_axis(jax.tree.map(lambda *xs: jnp.stack(xs), *carries), devices)
+
+    def own_pool(c: EnvCarry, actions: Array) -> tuple[EnvCarry, AtariStep]:
+        return jax.lax.switch(jax.lax.axis_index("runs"), steps, c, actions)
+
+    local = compiled_step(program, own_pool)
+
+    def body(env: EnvCarry, seeds: SeedCarry, t: Array) -> tuple[tuple, StepLog]:
+        (env, seeds), log = local((jax.tree.map(lambda x: x[0], env), seeds), t)
+        return (jax.tree.map(lambda x: x[None], env), seeds), log
+
+    mesh = Mesh(np.asarray(list(devices)), ("runs",))
+    runs = PartitionSpec("runs")
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=(runs, runs, PartitionSpec()),
+                           out_specs=((runs, runs), runs), check_vma=False)
+
+    def step(c: tuple[EnvCarry, SeedCarry], t: Array) -> tuple[tuple, StepLog]:
+        return mapped(c[0], c[1], t)
+
+    return env_carry, step
 
 
 @functools.lru_cache(maxsize=8)
@@ -287,6 +323,7 @@ def train_atari(
     eval_max_steps: int = MAX_EVAL_STEPS, host_loop: bool = False,
     sticky_actions: bool = False, checkpoint_dir: str | None = None,
     max_chunks: int | None = None, on_chunk: Callable[[dict], None] | None = None,
+    devices: Sequence[Any] | None = None,
 ) -> AtariResult:
     """Train ``config`` on ``game`` for ``steps`` env steps per seed.
 
@@ -309,6 +346,11 @@ def train_atari(
       checkpoint_dir: save the carry after each chunk and resume from the latest intact one.
       max_chunks: stop after this many chunks in this call.
       on_chunk: called with a dict of the chunk's metrics after each chunk (logging).
+      devices: spread the seeds over these devices (``seeds`` a multiple of their number):
+        each device runs its block of seeds against its own pool of games in one
+        ``shard_map`` (:func:`sharded_step`); default: everything on the default device.
+        With envpool, game ``i`` of a pool is seeded ``seed + i``, so the pools are seeded to
+        continue one another and a sharded run plays the same games as an unsharded one.
     """
     check_positive("steps", steps)
     check_positive("eval_episodes", eval_episodes, allow_zero=True)
@@ -318,18 +360,37 @@ def train_atari(
     every = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
     check_positive("eval_every", every)
     check_replay_memory(config, seeds, iterations * envs_per_seed)
-    env = make_atari(game, backend=backend, num_envs=seeds * envs_per_seed, seed=seed,
-                     sticky_actions=sticky_actions)
+    devices = None if devices is None else list(devices)
+    num_devices = 1 if devices is None else len(devices)
+    check_positive("devices", num_devices)
+    if seeds % num_devices:
+        raise ValueError(f"seeds: expected a multiple of the {num_devices} devices, got {seeds}")
+    if host_loop and devices is not None:
+        raise ValueError("devices: the host loop (host_loop=True) runs on one device; "
+                         "drop devices or host_loop")
+    local_games = seeds // num_devices * envs_per_seed
+    envs = [make_atari(game, backend=backend, num_envs=local_games, seed=seed + d * local_games,
+                       sticky_actions=sticky_actions) for d in range(num_devices)]
+    env = envs[0]
     program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
                            PAD[backend])
     num_chunks = math.ceil(iterations / every)
+    step_fn = None
     if host_loop:
-        env_carry, env_step = None, None
+        env_carry = None
         first_obs, _ = env.reset()
-    else:
+    elif devices is None:
         env_carry, env_step = env.xla()
         first_obs = env.first_obs
+        step_fn = compiled_step(program, env_step)
+    else:
+        local = make_program(config, env.num_actions, seeds // num_devices, envs_per_seed,
+                             iterations, PAD[backend])
+        env_carry, step_fn = sharded_step(local, [e.xla() for e in envs], devices)
+        first_obs = np.concatenate([e.first_obs for e in envs])
     carry = initial_carry(program, first_obs, seed, num_chunks)
+    if devices is not None:
+        carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
     manager = None
     if checkpoint_dir is not None:
         from hyperx.agents.checkpoint import CheckpointManager
@@ -342,10 +403,11 @@ def train_atari(
         restored = manager.restore_latest(carry)
         if restored is not carry:
             carry = _resumed(restored, first_obs)
+            if devices is not None:
+                carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
     eval_env = make_atari(game, backend=backend, num_envs=seeds * eval_episodes,
                           seed=seed + 10_000, training=False,
                           sticky_actions=sticky_actions) if eval_episodes else None
-    step_fn = None if host_loop else compiled_step(program, env_step)
     episodes: list[dict] = []
     compile_time = run_time = 0.0
     iterations_run = chunks = 0
@@ -390,7 +452,7 @@ def train_atari(
     evaluations = [dict(seed=s, env_step=int(carry.evals.steps[i]),
                         score=float(carry.evals.scores[i, s]))
                    for i in range(int(carry.evals.count)) for s in range(seeds)]
-    for e in (env, eval_env):
+    for e in [*envs, eval_env]:
         if e is not None:
             e.close()
     replay = jax.tree.map(lambda x: x[0], carry.seeds.agent.replay)

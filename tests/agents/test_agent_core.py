@@ -194,3 +194,23 @@ def test_evaluation_is_greedy_with_a_fresh_index_and_no_epsilon():
     keys = jax.random.split(jax.random.PRNGKey(1), 50)
     actions = jax.vmap(lambda k: agent.eval_act(state, k, jnp.int32(7), index))(keys)
     assert np.all(np.asarray(actions) == int(jnp.argmax(q)))
+
+
+def test_observe_seeds_equals_the_vmapped_observe_and_learns_only_when_due():
+    """Three seeds, update_every = 3: the one-branch ``observe_seeds`` gives the same states as
+    ``vmap(observe)`` (the select form) on due and not-due steps, to 1e-6."""
+    agent = _agent("dqn", learning_starts=4, update_every=3, batch_size=4)
+    states = jax.vmap(agent.init)(jax.random.split(jax.random.PRNGKey(0), 3))
+    vmapped = jax.jit(jax.vmap(agent.observe))
+    branched = jax.jit(lambda s, k, t: core.observe_seeds(agent, s, k, t))
+    a = b = states
+    grad_steps = []
+    for step in range(12):
+        keys = jax.random.split(jax.random.PRNGKey(step + 1), 3)
+        t = jax.tree.map(lambda x: jnp.stack([x] * 3),
+                         _transition(step % NUM_STATES, step % 5 == 4, step % 2))
+        a, b = vmapped(a, keys, t), branched(b, keys, t)
+        grad_steps.append(int(b.grad_steps[0]))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+    assert grad_steps == [0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3]

@@ -15,6 +15,7 @@ linear fit of the median bsuite episode against N is reported for the hyper agen
 sizes where at least half the seeds learned.
 
 Full run: python benchmarks/deepsea_scaling.py   (about 1.5 h alone on 2 CPU cores)
+A stopped CLI run as a cell: python benchmarks/deepsea_scaling.py --from-run runs/ds50_hyperagent
 Tiny check: python benchmarks/deepsea_scaling.py --sizes 4 --agents dqn --seeds 2 \
             --budget 400 --out /tmp/scaling
 """
@@ -33,6 +34,7 @@ import numpy as np
 from hyperx.agents import AGENT_NAMES, get_config
 from hyperx.agents.api import DEEPSEA_STEP_BUDGETS
 from hyperx.agents.deepsea import train_deepsea
+from hyperx.envs.deepsea import bsuite_learned_episode, running_mean_learned_episode
 
 BUDGETS = {n: DEEPSEA_STEP_BUDGETS[n] for n in (10, 20, 30, 40, 50)}  # the package's table
 HYPER = ("hyperagent", "hyperfqi", "hyperdqn")
@@ -87,6 +89,48 @@ def run_cell(agent: str, size: int, seeds: int, budget: int, out: str,
     return record
 
 
+def cell_from_run(run_dir: str, out: str) -> dict:
+    """Write the cell of a ``hyperx deepsea`` run directory (complete or stopped), from its
+    per-episode ``returns.csv``: the learned episodes are recomputed from the logged returns
+    and bad flags. bsuite's crossing is the first episode whose prefix fraction of bad
+    episodes falls below 0.9, so a seed that crossed in a stopped run crossed there in the
+    full run too; a seed that did not is recorded -1 with ``episodes_done`` saying how far the
+    run went."""
+    import csv
+
+    with open(os.path.join(run_dir, "run.json")) as f:
+        run = json.load(f)
+    settings = run["settings"]
+    with open(os.path.join(run_dir, "returns.csv")) as f:
+        rows = list(csv.DictReader(f))
+    seeds = int(settings["seeds"])
+    done = min(sum(int(r["seed"]) == s for r in rows) for s in range(seeds))
+    returns = np.zeros((seeds, done), np.float32)
+    bad = np.zeros((seeds, done), bool)
+    for r in rows:
+        s, e = int(r["seed"]), int(r["episode"]) - 1
+        if e < done:
+            returns[s, e], bad[s, e] = float(r["return"]), r["bad"] == "1"
+    size = int(settings["size"])
+    record = {
+        "agent": settings["agent"], "size": size, "seeds": seeds, "overrides": {},
+        "env_steps_per_seed": done * size, "episodes": int(settings["episodes"]),
+        "episodes_done": done,
+        "status": "complete" if run.get("complete") else
+                  f"stopped after {done} of {settings['episodes']} episodes (every seed that "
+                  "crossed bsuite's criterion crossed at the episode given; -1: not by then)",
+        "learned_episode_bsuite": [int(bsuite_learned_episode(b)) for b in bad],
+        "learned_episode_running_mean": [int(running_mean_learned_episode(r))
+                                         for r in returns],
+        "source": f"hyperx deepsea run directory {run_dir} (returns.csv, run.json)",
+        "env_steps_per_s": None,
+    }
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{record['agent']}_N{size}.json"), "w") as f:
+        json.dump(record, f, indent=2)
+    return record
+
+
 def load_cells(out: str) -> list[dict]:
     """Every cell record under ``out`` (files ``AGENT_N<size>.json``), from any run."""
     records = []
@@ -113,7 +157,8 @@ def summarise(records: list[dict], out: str) -> dict:
                      "median_episode_bsuite": _median_learned(b),
                      "learned_running_mean": sum(e > 0 for e in s),
                      "median_episode_running_mean": _median_learned(s),
-                     "env_steps_per_s": r["env_steps_per_s"]})
+                     "env_steps_per_s": r["env_steps_per_s"],
+                     "episodes_done": r.get("episodes_done", r["episodes"])})
     fits = {}
     for agent in HYPER:  # cells where at least half the seeds learned
         pts = [(r["size"], r["median_episode_bsuite"]) for r in rows
@@ -133,11 +178,15 @@ def summarise(records: list[dict], out: str) -> dict:
     for r in rows:
         lines.append(f"| {r['agent']} | {r['size']} | {r['learned_bsuite']}/{r['seeds']} | "
                      f"{r['median_episode_bsuite']} | {r['learned_running_mean']}/{r['seeds']} | "
-                     f"{r['median_episode_running_mean']} | {r['env_steps_per_s']:.0f} |")
+                     f"{r['median_episode_running_mean']} | {_speed(r['env_steps_per_s'])} |")
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     _plot(rows, fits, os.path.join(out, "scaling.png"))
     return summary
+
+
+def _speed(steps_per_s: float | None) -> str:
+    return "-" if steps_per_s is None else f"{steps_per_s:.0f}"
 
 
 def _plot(rows: list[dict], fits: dict, path: str) -> None:
@@ -172,10 +221,17 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=None,
                         help="env steps per seed for every cell (default: BUDGETS by N)")
     parser.add_argument("--out", default=OUT)
+    parser.add_argument("--from-run", default=None, metavar="DIR",
+                        help="write the cell of a `hyperx deepsea` run directory (complete or "
+                             "stopped) from its returns.csv, then rebuild the summary")
     parser.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                         help="config fields to replace (ablations), e.g. init_scheme=default")
     args = parser.parse_args()
     overrides = parse_overrides(args.override)
+    if args.from_run:
+        print(json.dumps(cell_from_run(args.from_run, args.out), indent=2))
+        summarise(load_cells(args.out), args.out)
+        return
     cells = default_cells(args.seeds)
     if args.agents or args.sizes:
         agents = args.agents or list(HYPER + BASELINES)

@@ -7,9 +7,12 @@ Example::
 
 ``--env`` is ``linear`` (alias of ``russo``, Russo & Van Roy's finite-arm game) or any name of
 :func:`hyperx.envs.bandits.make_bandit_env`; ``--dim`` and ``--arms`` go to the game (each
-game's defaults when omitted). ``--agents`` is a comma-separated list of
-``NAME[:KEY=VALUE,...]`` (names and options: :mod:`hyperx.bandits.registry`, or
-``hyperx bandit --list-agents``); the same name may appear with different options.
+game's defaults when omitted). ``--env text`` (the text-feature bandit) needs ``--data`` (a
+CSV file or a ``datasets`` folder) and ``--model`` (a Flax causal LM folder or cached hub name);
+its features are cached in the default folder (:mod:`hyperx.envs.text_bandit`). ``--agents``
+is a comma-separated list of ``NAME[:KEY=VALUE,...]`` (names and options:
+:mod:`hyperx.bandits.registry`, or ``hyperx bandit --list-agents``); the same name may appear
+with different options.
 ``--update-every B`` gives batched / delayed feedback. Every agent runs all seeds in compiled,
 vmapped ``lax.scan`` calls (:func:`hyperx.experiment.run_bandit`) with common random numbers:
 seed s draws the same game instance for every agent.
@@ -97,6 +100,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="feature dimension d (default: the game's)")
     parser.add_argument("--arms", type=int, default=None,
                         help="arms per round K >= 2 (default: the game's)")
+    parser.add_argument("--data", default=None,
+                        help="--env text: a CSV file or a datasets folder of texts and labels")
+    parser.add_argument("--model", default=None,
+                        help="--env text: a transformers Flax causal LM folder or cached hub name")
     parser.add_argument("--steps", type=positive_int, default=500, help="horizon T")
     parser.add_argument("--seeds", type=positive_int, default=64, help="seeds per agent")
     parser.add_argument("--seed", type=int, default=0, help="base seed")
@@ -141,9 +148,16 @@ def _make_env(args: argparse.Namespace):
         fail(f"--env: expected one of {['linear', *bandit_env_names()]}, got {args.env!r}")
     if args.arms is not None and args.arms < 2:
         fail(f"--arms: expected >= 2 arms, got {args.arms}")
+    text = {k: v for k, v in (("data", args.data), ("model", args.model)) if v is not None}
+    if name == "text":
+        for key in ("data", "model"):
+            if key not in text:
+                fail(f"--{key}: --env text needs --data and --model")
+    elif text:
+        fail(f"--{next(iter(text))}: only --env text takes --data and --model")
     kwargs = {k: v for k, v in (("dim", args.dim), ("num_arms", args.arms)) if v is not None}
     try:
-        return make_bandit_env(name, **kwargs)
+        return make_bandit_env(name, **kwargs, **text)
     except TypeError:
         fail(f"--env {args.env}: does not take {' or '.join('--' + k for k in kwargs)}"
              .replace("--num_arms", "--arms"))
@@ -247,6 +261,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         except ValueError as err:
             fail(f"--agents {name}{':' + config if config else ''}: {err}")
     settings = {key: getattr(args, key) for key in SETTINGS}
+    if args.data is not None:  # only --env text has them (older run folders lack the keys)
+        settings.update(data=args.data, model=args.model)
     out, _ = prepare_out(args.out, "bandit", settings, resume=args.resume,
                          overwrite=args.overwrite, outputs=OUTPUTS)
     (out / "parts").mkdir(exist_ok=True)

@@ -32,6 +32,9 @@ Games (``make_bandit_env(name, **kwargs)``):
   standardised per column. Arm encodings: ``disjoint`` (default; x_k = e_k kron x, dimension
   K p: what a linear learner needs to give each class its own weights) or ``concat``
   (x_k = [x, e_k], dimension p + K: for neural learners).
+- ``text``: the Ensemble++ paper's hate-speech bandit (block / publish a text, features from a
+  frozen causal LM's hidden state, cached per data set): ``make_bandit_env("text", data=...,
+  model=..., **options)`` with the options of :func:`hyperx.envs.text_bandit.text_bandit`.
 """
 
 from __future__ import annotations
@@ -298,6 +301,19 @@ def classification(dataset: str, *, encoding: str = "disjoint") -> BanditEnv:
     return BanditEnv(dataset, k, dim, False, init, observe, _gaussian_reward(0.0))
 
 
+def _text_game(data: Any = None, model: Any = None, **kwargs: Any) -> BanditEnv:
+    """The text-feature bandit; ``data`` and ``model`` are required (named in the error)."""
+    if data is None:
+        raise ValueError("data: the text game needs data=, a CSV file, a datasets folder or a "
+                         "(texts, labels) pair")
+    if model is None:
+        raise ValueError("model: the text game needs model=, a transformers Flax causal LM "
+                         "folder or a cached hub name")
+    from hyperx.envs.text_bandit import text_bandit  # imports this module: not at the top
+
+    return text_bandit(data, model, **kwargs)
+
+
 _GAMES: dict[str, Callable[..., BanditEnv]] = {
     "russo": russo,
     "russo_contextual": lambda *a, **kw: russo(*a, contextual=True, **kw),
@@ -306,14 +322,15 @@ _GAMES: dict[str, Callable[..., BanditEnv]] = {
     "neural_classification": lambda *a, **kw: neural(*a, task="classification", **kw),
     "logistic": logistic,
     **{name: (lambda n: lambda **kw: classification(n, **kw))(name) for name in _DATASETS},
+    "text": _text_game,
 }
 
 
 def make_bandit_env(name: str, **kwargs: Any) -> BanditEnv:
     """Build a game by name (see the module docstring); ``kwargs`` go to its factory.
 
-    Raises ``ValueError`` naming the argument for an unknown ``name``, fewer than 2 arms or a
-    non-positive dimension.
+    Raises ``ValueError`` naming the argument for an unknown ``name``, fewer than 2 arms, a
+    non-positive dimension, or a missing ``data`` / ``model`` of the ``text`` game.
     """
     check_choice("name", name, tuple(_GAMES))
     return _GAMES[name](**kwargs)

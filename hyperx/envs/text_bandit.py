@@ -14,12 +14,13 @@ Features. Each text is tokenized, run once through a transformers Flax causal LM
 ``save_pretrained`` directory or a hub name already in the local cache) and pooled from the final
 hidden state h_L (after the final layer norm): ``pooling="last"`` takes the last real token's
 h_L (the reference's ``last_token=1``), ``pooling="mean"`` the mask-weighted mean over tokens.
-The features are computed once per data set and cached in ``cache_dir`` as an ``.npz`` keyed by
-the model (path or name, its ``config.json`` and weight files' sizes and times), the pooling and
-a hash of the token ids (so of the texts and the tokenizer). The arm features are then built
-from the text's feature x in R^p as in the classification games
-(:func:`hyperx.envs.bandits.classification`): ``disjoint`` x_k = e_k kron x (dimension 2p, for
-linear learners) or ``concat`` x_k = [x, e_k] (dimension p + 2, for neural learners).
+The features are computed once per data set and cached in ``cache_dir`` (by default
+:func:`default_cache_dir`) as an ``.npz`` keyed by the model (path or name, its ``config.json``
+and weight files' sizes and times), the pooling and a hash of the token ids (so of the texts and
+the tokenizer). The arm features are then built from the text's feature x in R^p as in the
+classification games (:func:`hyperx.envs.bandits.classification`): ``disjoint``
+x_k = e_k kron x (dimension 2p, for linear learners) or ``concat`` x_k = [x, e_k] (dimension
+p + 2, for neural learners).
 
 Rounds. Each round draws one text uniformly with replacement. The reference offers a batch of
 32 texts per round with the model fixed within the batch and sums their regrets; that is 32 of
@@ -29,6 +30,7 @@ the text, which is what makes them cacheable and the whole run one compiled prog
 
 Data: a CSV file (columns ``text_column`` and ``label_column``), a folder saved by
 ``datasets.save_to_disk`` (needs the ``datasets`` package), or a ``(texts, labels)`` pair.
+``make_bandit_env("text", data=..., model=..., ...)`` builds the game by name.
 A text is hateful when its label is > ``threshold`` (0.5): 0/1 labels with 1 = hateful, or the
 reference's ``hate_speech_score`` (publish is right for score <= 0.5).
 """
@@ -55,6 +57,36 @@ Tokenizer = Callable[[str], Sequence[int]]
 BLOCK, PUBLISH = 0, 1
 _LABEL_COLUMNS = ("label", "hate_speech_score")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+CacheDir = str | os.PathLike | None
+
+
+def default_cache_dir() -> str:
+    """Where the features are cached by default: ``$HYPERX_CACHE_DIR/text_features``, else
+    ``$XDG_CACHE_HOME/hyperx/text_features``, else ``~/.cache/hyperx/text_features``."""
+    root = os.environ.get("HYPERX_CACHE_DIR")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(xdg, "hyperx")
+    return os.path.join(root, "text_features")
+
+
+def _cache_path(cache_dir: CacheDir) -> str | None:
+    """``cache_dir`` as a folder: ``"default"`` -> :func:`default_cache_dir`; None: no cache."""
+    if cache_dir is None:
+        return None
+    if isinstance(cache_dir, str) and cache_dir == "default":
+        return default_cache_dir()
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise TypeError(f"cache_dir: expected a folder path, 'default' or None, got "
+                        f"{type(cache_dir).__name__}")
+    return os.fspath(cache_dir)
+
+
+def _check_model(model: Any) -> str:
+    if not isinstance(model, (str, os.PathLike)) or not os.fspath(model):
+        raise ValueError(f"model: expected a transformers Flax causal LM folder or a cached hub "
+                         f"name, got {model!r}")
+    return os.fspath(model)
 
 
 def load_texts(
@@ -204,15 +236,18 @@ def _token_ids(texts: Sequence[str], tokenize: Tokenizer, max_length: int,
 def text_features(
     texts: Sequence[str], model: str | os.PathLike, *, tokenizer: str | Tokenizer | None = None,
     pooling: str = "last", max_length: int = 128, batch_size: int = 32,
-    cache_dir: str | os.PathLike | None = None, dtype: Any = jnp.float32,
+    cache_dir: CacheDir = "default", dtype: Any = jnp.float32,
 ) -> np.ndarray:
     """Pooled final hidden states (N, hidden) float32 of ``texts`` under a causal LM.
 
     ``pooling="last"``: h_L at each text's last token; ``"mean"``: the mean of h_L over its
-    tokens. Texts are cut to ``max_length`` tokens (and to the model's maximum length). With
-    ``cache_dir`` the result is read from / written to ``cache_dir/<key>.npz``, the key hashing
-    the model (see :func:`_model_id`), the pooling and the token ids.
+    tokens. Texts are cut to ``max_length`` tokens (and to the model's maximum length). The
+    result is read from / written to ``cache_dir/text_features_<key>.npz``, the key hashing the
+    model (see :func:`_model_id`), the tokenizer, the pooling and the token ids, so the LM runs
+    once per data set; ``cache_dir="default"`` is :func:`default_cache_dir`, None caches nothing.
     """
+    model = _check_model(model)
+    cache = _cache_path(cache_dir)
     check_choice("pooling", pooling, ("last", "mean"))
     check_int("max_length", max_length)
     check_int("batch_size", batch_size)
@@ -232,13 +267,13 @@ def text_features(
     ids, mask = _token_ids(texts, tokenize, max_length, vocab_size)
 
     path = None
-    if cache_dir is not None:
+    if cache is not None:
         key = hashlib.sha256(json.dumps(
             {"model": _model_id(model), "tokenizer": tok_name, "pooling": pooling,
              "dtype": str(jnp.dtype(dtype))}, sort_keys=True).encode())
         key.update(ids.tobytes())
         key.update(mask.tobytes())
-        path = os.path.join(os.fspath(cache_dir), f"text_features_{key.hexdigest()[:32]}.npz")
+        path = os.path.join(cache, f"text_features_{key.hexdigest()[:32]}.npz")
         if os.path.isfile(path):
             with np.load(path) as cached:
                 return np.asarray(cached["features"], np.float32)
@@ -324,7 +359,7 @@ def text_bandit(
     data: str | os.PathLike | tuple[Sequence[str], Sequence[Any]], model: str | os.PathLike, *,
     text_column: str = "text", label_column: str | None = None, threshold: float = 0.5,
     tokenizer: str | Tokenizer | None = None, pooling: str = "last", max_length: int = 128,
-    batch_size: int = 32, cache_dir: str | os.PathLike | None = None,
+    batch_size: int = 32, cache_dir: CacheDir = "default",
     encoding: str = "disjoint", rewards: str = "reference", standardize: bool = True,
 ) -> BanditEnv:
     """The hate-speech block / publish bandit on ``data`` with features from ``model``.
@@ -334,6 +369,8 @@ def text_bandit(
     :func:`text_features` (cached in ``cache_dir``); the game by
     :func:`text_bandit_from_features`.
     """
+    _check_model(model)
+    _cache_path(cache_dir)
     check_choice("encoding", encoding, ("disjoint", "concat"))
     check_choice("rewards", rewards, ("reference", "correct"))
     if isinstance(data, tuple):
@@ -342,6 +379,9 @@ def text_bandit(
                              f"{len(data)}")
         check_number("threshold", threshold)
         texts, hateful = _as_texts_labels(list(data[0]), list(data[1]), threshold)
+    elif not isinstance(data, (str, os.PathLike)) or not os.path.exists(data):
+        raise ValueError(f"data: expected a CSV file, a datasets folder or a (texts, labels) "
+                         f"pair, got {data!r}")
     else:
         texts, hateful = load_texts(data, text_column=text_column, label_column=label_column,
                                     threshold=threshold)

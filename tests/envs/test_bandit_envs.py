@@ -31,7 +31,8 @@ def _rounds(env, num_seeds=3, t=0):
     return states, rounds
 
 
-@pytest.mark.parametrize("name", bandit_env_names())
+# the text game needs a model and a data set: tests/envs/test_text_bandit.py builds them
+@pytest.mark.parametrize("name", [n for n in bandit_env_names() if n != "text"])
 def test_every_env_gives_shapes_and_finite_means(name):
     env = _env(name)
     states, rounds = _rounds(env)
@@ -149,6 +150,8 @@ def test_classification_concat_encoding():
         ("russo", dict(noise_std=-1.0), "noise_std"),
         ("logistic", dict(prior_var=0.0), "prior_var"),
         ("iris", dict(encoding="onehot"), "encoding"),
+        ("text", {}, "data"),
+        ("text", dict(data="texts.csv"), "model"),
     ],
 )
 def test_bad_arguments_name_the_argument(name, kwargs, argument):

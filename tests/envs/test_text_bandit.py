@@ -1,6 +1,7 @@
 """The text-feature (hate-speech) bandit end to end on a tiny random GPT-2 saved to tmp_path."""
 
 import csv
+import json
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may be downloaded
@@ -13,6 +14,7 @@ import pytest  # noqa: E402
 transformers = pytest.importorskip("transformers")
 
 from hyperx.bandits.linear import exact_ts  # noqa: E402
+from hyperx.envs import make_bandit_env  # noqa: E402
 from hyperx.envs import text_bandit as tb  # noqa: E402
 from hyperx.experiment import run_bandit  # noqa: E402
 
@@ -20,6 +22,13 @@ BENIGN = ["have a nice day", "the weather is lovely", "thanks for the help", "se
           "great game last night", "I like this song"]
 HATEFUL = ["you people are vermin", "get out of my country", "I hate all of them",
            "they should all disappear"]
+
+
+@pytest.fixture(autouse=True)
+def default_cache(tmp_path, monkeypatch):
+    """The default feature cache of each test: a fresh folder, never the user's."""
+    monkeypatch.setenv("HYPERX_CACHE_DIR", str(tmp_path / "hyperx_cache"))
+    return tmp_path / "hyperx_cache" / "text_features"
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +141,71 @@ def test_bad_inputs_name_the_argument(gpt2, tmp_path):
         tb.text_bandit_from_features(np.full((2, 2), np.nan), np.array([True, False]))
     with pytest.raises(ValueError, match="^rewards: expected one of"):
         tb.text_bandit_from_features(np.ones((2, 2)), np.array([True, False]), rewards="x")
+
+
+def _count_model_loads(monkeypatch) -> list:
+    calls = []
+    load = tb._load_model
+    monkeypatch.setattr(tb, "_load_model", lambda *a: calls.append(a) or load(*a))
+    return calls
+
+
+def test_registered_text_game_end_to_end_with_the_default_cache(gpt2, data_csv, cache_dir,
+                                                                default_cache, monkeypatch):
+    calls = _count_model_loads(monkeypatch)
+    env = make_bandit_env("text", data=data_csv, model=gpt2)
+    assert len(calls) == 1 and len(os.listdir(default_cache)) == 1  # computed, then cached
+    again = make_bandit_env("text", data=data_csv, model=gpt2)
+    assert len(calls) == 1  # the same data set: read from the cache, the LM is not run again
+    direct = tb.text_bandit(data_csv, gpt2, cache_dir=cache_dir)
+    assert (env.name, env.num_arms, env.context_dim) == (direct.name, 2, 32)
+    keys = jax.random.split(jax.random.key(5), 20)
+    for other in (again, direct):  # the same features as the ones computed in batches of 4
+        np.testing.assert_allclose(*(
+            jax.vmap(lambda k, e=e: e.observe(e.init(k), k, jnp.int32(0)).contexts)(keys)
+            for e in (env, other)), atol=1e-5)
+    concat = make_bandit_env("text", data=data_csv, model=gpt2, encoding="concat",
+                             rewards="correct")
+    assert concat.context_dim == 18 and len(calls) == 1  # the options reach the game
+    ts = run_bandit(env, exact_ts(), horizon=100, num_seeds=2)
+    assert ts.regret[:, -1].max() < 25, ts.regret[:, -1]  # uniform play loses about 35
+
+
+def test_registered_text_game_names_missing_or_bad_arguments(gpt2, data_csv, tmp_path):
+    with pytest.raises(ValueError, match="^data: the text game needs data="):
+        make_bandit_env("text", model=gpt2)
+    with pytest.raises(ValueError, match="^model: the text game needs model="):
+        make_bandit_env("text", data=data_csv)
+    with pytest.raises(ValueError, match="^data: expected a CSV file, a datasets folder"):
+        make_bandit_env("text", data=str(tmp_path / "missing.csv"), model=gpt2)
+    with pytest.raises(ValueError, match="^model: expected a transformers Flax causal LM"):
+        make_bandit_env("text", data=data_csv, model=3)
+    with pytest.raises(ValueError, match="^model: cannot load the config"):
+        make_bandit_env("text", data=data_csv, model=str(tmp_path / "no_model"))
+    with pytest.raises(TypeError, match="^cache_dir: expected a folder path"):
+        make_bandit_env("text", data=data_csv, model=gpt2, cache_dir=3)
+    with pytest.raises(TypeError, match="dim"):
+        make_bandit_env("text", data=data_csv, model=gpt2, dim=4)
+
+
+def test_cache_dir_none_runs_the_model_every_time(gpt2, default_cache, monkeypatch):
+    calls = _count_model_loads(monkeypatch)
+    for _ in range(2):
+        tb.text_features(["hello there"], gpt2, cache_dir=None)
+    assert len(calls) == 2 and not default_cache.exists()
+
+
+def test_bandit_command_runs_the_text_game(gpt2, data_csv, tmp_path, capsys):
+    from hyperx.bandits import sweep
+
+    out = tmp_path / "run"
+    argv = ["--env", "text", "--data", data_csv, "--model", gpt2, "--agents", "exact_ts",
+            "--steps", "20", "--seeds", "2", "--quiet", "--out", str(out)]
+    assert sweep.main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["env_name"], summary["arms"], summary["dim"]) == ("text", 2, 32)
+    for bad, needle in ((["--env", "text", "--model", gpt2], "--data"),
+                        (["--env", "linear", "--data", data_csv], "--data")):
+        with pytest.raises(SystemExit) as exc:
+            sweep.main([*bad, "--out", str(tmp_path / "x")])
+        assert exc.value.code == 2 and needle in capsys.readouterr().err

@@ -9,8 +9,11 @@ compute the training loss) run by :func:`make_neural_learner`, which supplies th
   Ensemble++, arXiv:2407.13195; P is the model's index dimension);
 * the update schedule: from the ``learning_starts``-th observation on, every ``update_every``
   observations, ``updates_per_step`` Adam steps, each on a batch of ``batch_size`` samples drawn
-  uniformly with replacement. The schedule is a ``lax.cond`` around a ``lax.fori_loop``, so a
-  whole run stays one ``lax.scan`` and seeds are one ``vmap``;
+  uniformly with replacement. The schedule is a
+  :func:`~hyperx.bandits.base.lockstep_cond` around a ``lax.fori_loop``, so a whole run stays
+  one ``lax.scan``, seeds are one ``vmap``, and the vmapped seeds (in lockstep: the same
+  observation count) train only on the rounds where training is due, not (as ``lax.cond``
+  under ``vmap`` would) on every round;
 * the weight decay ``lambda/|D| ||theta||^2`` uses |D| = ``replay.num_added`` (observations so
   far, not capped by the buffer's capacity), read fresh at each step.
 """
@@ -25,7 +28,13 @@ import jax.numpy as jnp
 import optax
 
 from hyperx._validation import check_positive, check_shape
-from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak, check_feedback
+from hyperx.bandits.base import (
+    BanditSpec,
+    Learner,
+    argmax_random_tiebreak,
+    check_feedback,
+    lockstep_cond,
+)
 from hyperx.heads import trainable_params, with_params
 from hyperx.index import make_index
 from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
@@ -169,8 +178,13 @@ def make_neural_learner(model: NeuralModel, config: NeuralConfig) -> Learner:
         variables = with_params(state.variables, optax.apply_updates(params, updates))
         return state._replace(variables=variables, opt_state=opt_state), key
 
-    def train(state: NeuralState, key: Array) -> NeuralState:
-        return jax.lax.fori_loop(0, config.updates_per_step, gradient_step, (state, key))[0]
+    def train(state: NeuralState, key: Array) -> tuple[Variables, Any]:
+        state = jax.lax.fori_loop(0, config.updates_per_step, gradient_step, (state, key))[0]
+        return state.variables, state.opt_state
+
+    def skip(state: NeuralState, key: Array) -> tuple[Variables, Any]:
+        del key
+        return state.variables, state.opt_state
 
     def update(state: NeuralState, key: Array, context: Array, arm: Array,
                reward: Array) -> NeuralState:
@@ -188,6 +202,8 @@ def make_neural_learner(model: NeuralModel, config: NeuralConfig) -> Learner:
         state = state._replace(replay=replay, extra=extra)
         n = replay.num_added
         due = (n >= config.learning_starts) & (n % config.update_every == 0)
-        return jax.lax.cond(due, train, lambda s, k: s, state, k_train)
+        # only what training changes leaves the branch (no copy of the replay buffer)
+        variables, opt_state = lockstep_cond(due, train, skip, state, k_train)
+        return state._replace(variables=variables, opt_state=opt_state)
 
     return Learner(init, act, update)

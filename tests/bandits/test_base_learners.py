@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyperx.bandits.base import BanditSpec, argmax_random_tiebreak, delayed
+from hyperx.bandits.base import BanditSpec, argmax_random_tiebreak, delayed, lockstep_cond
 from hyperx.bandits.baselines import epsilon_greedy, uniform_random
 
 SPEC = BanditSpec(num_arms=4, context_dim=3, horizon=10)
@@ -107,6 +107,47 @@ def test_delayed_learns_only_at_full_batches(with_batch_hook):
     assert int(state.count) == 2
     np.testing.assert_allclose(state.inner.theta, _ridge_reference(XS[:3], RS[:3], 2.0),
                                rtol=1e-5, atol=1e-6)
+
+
+def _heavy(x, key, scale):
+    return x * scale + jax.random.normal(key, x.shape), jax.random.split(key)[0], scale
+
+
+def _light(x, key, scale):
+    return x - 1.0, key, scale
+
+
+def _branch(cond, t):
+    x = jnp.arange(3.0) + t
+    return cond(t % 3 == 0, _heavy, _light, x, jax.random.fold_in(KEY, t), jnp.float32(2.0))
+
+
+def test_lockstep_cond_under_vmap_equals_cond_per_member():
+    unbatched = jnp.float32(2.0)  # an operand the vmap does not batch
+
+    def one(t):
+        return lockstep_cond(t % 3 == 0, _heavy, _light, jnp.arange(3.0) + t,
+                             jax.random.fold_in(KEY, t), unbatched)
+
+    batched, single = jax.jit(jax.vmap(one)), jax.jit(lambda t: _branch(jax.lax.cond, t))
+    for ts in (jnp.array([3, 3, 3]), jnp.array([4, 4, 4]), jnp.array([0, 1, 2])):
+        out = batched(ts)  # all due, none due, mixed
+        for i, t in enumerate(ts):
+            for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(single(t)), strict=True):
+                np.testing.assert_array_equal(a[i], b)
+    nested = jnp.array([[0, 1, 2], [3, 6, 9]])  # a mixed row, then a row in lockstep
+    out = jax.jit(jax.vmap(jax.vmap(lambda t: _branch(lockstep_cond, t)[0])))(nested)
+    np.testing.assert_array_equal(out, [[single(t)[0] for t in row] for row in nested])
+
+
+def test_lockstep_cond_stays_a_branch_under_vmap():
+    # lax.cond with a batched predicate becomes a select of both branches (no cond left);
+    # lockstep_cond keeps a cond, so the heavy branch runs only when a member needs it.
+    ts = jnp.array([3, 3])
+    plain = str(jax.make_jaxpr(jax.vmap(lambda t: _branch(jax.lax.cond, t)))(ts))
+    lockstep = str(jax.make_jaxpr(jax.vmap(lambda t: _branch(lockstep_cond, t)))(ts))
+    assert "cond[" not in plain and "select_n" in plain
+    assert "cond[" in lockstep
 
 
 def test_bad_learner_arguments_name_the_argument():

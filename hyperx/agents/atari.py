@@ -44,7 +44,7 @@ from hyperx._validation import (
     format_bytes,
 )
 from hyperx.agents.config import AgentConfig
-from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent, observe_seeds
+from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.atari_replay import make_frame_replay, replay_bytes
 from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
 from hyperx.experiment import run_scan, shard_leading_axis
@@ -152,7 +152,7 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
         valid = ~out.reset_step
         transition = BatchTransition(seeds.obs, actions, out.reward, out.terminated,
                                      out.truncated, seeds.first, valid)
-        agents = observe_seeds(agent, seeds.agent, k_observe, transition)
+        agents = jax.vmap(agent.observe)(seeds.agent, k_observe, transition)
         game_return = seeds.game_return + jnp.where(valid, out.raw_reward, 0.0)
         game_length = seeds.game_length + valid.astype(jnp.int32)
         ended = out.game_over | out.truncated

@@ -51,6 +51,7 @@ from hyperx.heads import (
     make_network,
 )
 from hyperx.index import IndexDistribution, make_index
+from hyperx.lockstep import lockstep_cond
 from hyperx.losses import double_q_targets, index_quantile, perturbed_value_loss
 from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
 
@@ -123,13 +124,9 @@ class Agent(NamedTuple):
     act(state, key, obs) -> int32 action, on ONE observation, with the episode's index.
     observe(state, key, transition) -> AgentState: store the transition with its perturbation
       z, redraw the index at episode ends (and with probability ``redraw_prob``), and run
-      ``updates_per_step`` gradient steps when learning is due; the same as
-      ``learn_if(*store(state, key, transition))``.
-    store(state, key, transition) -> (AgentState, due, learn_key): observe's first half (store,
-      redraw, count the step) and whether learning is due now.
-    learn_if(state, due, learn_key) -> AgentState: observe's second half, the gradient steps
-      when ``due``. Split so that a caller vmapping over seeds can branch once for all seeds
-      (:func:`observe_seeds`).
+      ``updates_per_step`` gradient steps when learning is due. Vmapped over seeds, the
+      update still runs only on the calls where some seed is due
+      (:func:`hyperx.lockstep.lockstep_cond`; the seeds' step counters move together).
     update(state, key) -> AgentState: one gradient step (and target sync when due).
     eval_index(key) -> index: a fresh index for one greedy evaluation episode.
     eval_act(state, key, obs, index) -> action: greedy, no epsilon.
@@ -145,8 +142,6 @@ class Agent(NamedTuple):
     eval_index: Callable[[Array], Array]
     eval_act: Callable[[AgentState, Array, Array, Array], Array]
     q_values: Callable[[PyTree, PyTree, Array, Array], Array]
-    store: Callable[[AgentState, Array, Any], tuple[AgentState, Array, Array]]
-    learn_if: Callable[[AgentState, Array, Array], AgentState]
 
     def jit(self, donate: bool = True) -> Agent:
         """The same agent with ``init``, ``act``, ``observe``, ``update`` and ``eval_act``
@@ -271,8 +266,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         random_action = jax.random.randint(k_random, (), 0, num_actions, jnp.int32)
         return jnp.where(explore, random_action, action)
 
-    def store(state: AgentState, key: Array, transition: Transition
-              ) -> tuple[AgentState, Array, Array]:
+    def observe(state: AgentState, key: Array, transition: Transition) -> AgentState:
         check_transition(transition, num_actions, num_states)
         k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
         stored = dict(transition._asdict(), z=perturbation.sample(k_z))
@@ -284,13 +278,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         due = ((state.env_steps >= config.learning_starts)
                & (state.env_steps % config.update_every == 0)
                & buffer.can_sample(replay, config.batch_size))
-        return state, due, k_learn
-
-    def learn_if(state: AgentState, due: Array, key: Array) -> AgentState:
-        return _learn_if(due, state, key, learn, config.updates_per_step)
-
-    def observe(state: AgentState, key: Array, transition: Transition) -> AgentState:
-        return learn_if(*store(state, key, transition))
+        return _learn_if(due, state, k_learn, learn, config.updates_per_step)
 
     def eval_act(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
         return greedy(state, key, obs, xi)
@@ -300,8 +288,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         learn = _make_learner(config, network, index, replay, optimiser)
         return _batched(config, network, num_actions, obs_example, num_envs, replay, capacity,
                         optimiser, epsilon, acting_index, perturbation, q_values, learn)
-    return Agent(config, network, init, act, observe, learn, acting_index, eval_act, q_values,
-                 store, learn_if)
+    return Agent(config, network, init, act, observe, learn, acting_index, eval_act, q_values)
 
 
 def _learned(state: AgentState) -> tuple:
@@ -310,36 +297,17 @@ def _learned(state: AgentState) -> tuple:
 
 def _learn_if(due: Array, state: AgentState, key: Array, learn: Callable,
               num_updates: int) -> AgentState:
-    """``num_updates`` gradient steps when ``due``; only the learned parts leave the cond, so
-    under vmap (where it becomes a select) the replay buffer is not copied every step."""
+    """``num_updates`` gradient steps when ``due``. A :func:`~hyperx.lockstep.lockstep_cond`:
+    vmapped over seeds it branches once for all of them (a ``lax.cond`` would become a select
+    that runs the update at every step, due or not: 4x the work for ``update_every`` = 4), and
+    only the learned parts leave the branch, so the replay buffer is not copied."""
 
-    def learn_all(s: AgentState) -> tuple:
-        keys = jax.random.split(key, num_updates)
+    def learn_all(s: AgentState, k: Array) -> tuple:
+        keys = jax.random.split(k, num_updates)
         return _learned(jax.lax.fori_loop(0, num_updates, lambda i, s: learn(s, keys[i]), s))
 
-    parts = jax.lax.cond(due, learn_all, _learned, state)
+    parts = lockstep_cond(due, learn_all, lambda s, _: _learned(s), state, key)
     return state._replace(**dict(zip(_LEARNED, parts, strict=True)))
-
-
-def observe_seeds(agent: Agent, states: AgentState, keys: Array, transitions: Any
-                  ) -> AgentState:
-    """``jax.vmap(agent.observe)`` over a leading seed axis, with the learning branch taken
-    once for all seeds.
-
-    Under ``vmap`` the ``lax.cond`` inside ``observe`` becomes a select, which computes the
-    gradient steps of every seed on every call, due or not (with ``update_every = 4`` that is
-    four times the work). Here the seeds store in a vmap, then one ``lax.cond`` on "any seed
-    due" (the step counters move together, so the seeds are due together once their buffers
-    can sample) runs the vmapped learning half; inside it a seed that is not due keeps its
-    parameters.
-    """
-    states, due, k_learn = jax.vmap(agent.store)(states, keys, transitions)
-
-    def learn_all(s: AgentState) -> tuple:
-        return _learned(jax.vmap(agent.learn_if)(s, due, k_learn))
-
-    parts = jax.lax.cond(jnp.any(due), learn_all, _learned, states)
-    return states._replace(**dict(zip(_LEARNED, parts, strict=True)))
 
 
 def updates_per_iteration(config: AgentConfig, num_envs: int) -> tuple[int, int]:
@@ -394,8 +362,7 @@ def _batched(config: AgentConfig, network: Network, num_actions: int, obs_exampl
         random_action = jax.random.randint(k_random, (num_envs,), 0, num_actions, jnp.int32)
         return jnp.where(explore, random_action, action)
 
-    def store(state: AgentState, key: Array, transition: BatchTransition
-              ) -> tuple[AgentState, Array, Array]:
+    def observe(state: AgentState, key: Array, transition: BatchTransition) -> AgentState:
         k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
         stored = dict(obs=transition.obs, action=transition.action, reward=transition.reward,
                       terminal=transition.terminal, truncated=transition.truncated,
@@ -412,16 +379,9 @@ def _batched(config: AgentConfig, network: Network, num_actions: int, obs_exampl
                                env_steps=state.env_steps + num_envs)
         due = ((state.env_steps >= config.learning_starts) & ((iteration + 1) % period == 0)
                & buffer.can_sample(replay, config.batch_size))
-        return state, due, k_learn
+        return _learn_if(due, state, k_learn, learn, per_iteration)
 
-    def learn_if(state: AgentState, due: Array, key: Array) -> AgentState:
-        return _learn_if(due, state, key, learn, per_iteration)
-
-    def observe(state: AgentState, key: Array, transition: BatchTransition) -> AgentState:
-        return learn_if(*store(state, key, transition))
-
-    return Agent(config, network, init, act, observe, learn, acting_index, greedy, q_values,
-                 store, learn_if)
+    return Agent(config, network, init, act, observe, learn, acting_index, greedy, q_values)
 
 
 def _make_learner(config: AgentConfig, network: Network, index: IndexDistribution,

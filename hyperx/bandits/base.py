@@ -11,7 +11,7 @@ and optionally ``update_batch(state, key, contexts (B, d), arms (B,), rewards (B
 learners with a cheaper block update (e.g. Woodbury for linear models). :func:`delayed` turns
 any learner into one that learns every ``B`` rounds (batched / delayed feedback), using
 ``update_batch`` where the learner provides it and ``B`` sequential updates otherwise.
-:func:`lockstep_cond` is the conditional that learners use for such schedules: unlike
+:func:`hyperx.lockstep.lockstep_cond` is the conditional that learners use for such schedules: unlike
 ``lax.cond``, it stays a branch when the learner is vmapped over seeds.
 """
 
@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jax.custom_batching import custom_vmap
 
 from hyperx._validation import check_finite, check_positive, check_rank, check_shape
+from hyperx.lockstep import lockstep_cond
 
 Array = jax.Array
 LearnerState = Any
@@ -89,50 +89,6 @@ def argmax_random_tiebreak(key: Array, values: Array) -> Array:
     count = jnp.cumsum(is_max, dtype=jnp.int32)
     r = jax.random.randint(key, (), 0, count[-1])
     return jnp.argmax(count > r).astype(jnp.int32)
-
-
-def lockstep_cond(pred: Array, true_fn: Callable[..., Any], false_fn: Callable[..., Any],
-                  *operands: Any) -> Any:
-    """``lax.cond(pred, true_fn, false_fn, *operands)`` that stays a branch under ``vmap``.
-
-    Vmapped with a batched ``pred``, ``lax.cond`` becomes a ``select``: both branches run for
-    every batch member at every call, so a training step scheduled every B rounds would run
-    every round. Under ``vmap`` this function branches on the whole batch instead,
-
-        lax.cond(any(pred), where(pred, vmap(true_fn), vmap(false_fn)), vmap(false_fn)),
-
-    recursively, so nested vmaps keep the branch too: each member gets its own branch's result,
-    and when the members are in lockstep (a schedule that counts rounds, the same for every
-    seed of a run) ``true_fn`` runs only on the calls where it is due. The ``where`` touches
-    every output of the branches when any member is due, so let them return only what
-    ``true_fn`` changes (not, say, a replay buffer that passes through). ``pred`` is a bool
-    scalar per member; both branches return the same structure. Not differentiable (it is a
-    custom vmap rule).
-    """
-
-    @custom_vmap
-    def branch(pred: Array, operands: tuple[Any, ...]) -> Any:
-        return jax.lax.cond(pred, true_fn, false_fn, *operands)
-
-    @branch.def_vmap
-    def rule(axis_size: int, in_batched: list[Any], pred: Array,
-             operands: tuple[Any, ...]) -> tuple[Any, Any]:
-        pred_batched, operands_batched = in_batched
-        in_axes = jax.tree.map(lambda b: 0 if b else None, operands_batched)
-        on_true = jax.vmap(true_fn, in_axes=in_axes, axis_size=axis_size)
-        on_false = jax.vmap(false_fn, in_axes=in_axes, axis_size=axis_size)
-        if pred_batched:
-            def some(p: Array, *o: Any) -> Any:  # members whose pred is False keep on_false's
-                return jax.tree.map(lambda a, b: jax.vmap(jnp.where)(p, a, b), on_true(*o),
-                                    on_false(*o))
-
-            out = lockstep_cond(jnp.any(pred), some, lambda _, *o: on_false(*o), pred,
-                                *operands)
-        else:
-            out = lockstep_cond(pred, on_true, on_false, *operands)
-        return out, jax.tree.map(lambda _: True, out)
-
-    return branch(pred, operands)
 
 
 class DelayedState(NamedTuple):

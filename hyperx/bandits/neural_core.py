@@ -10,7 +10,7 @@ compute the training loss) run by :func:`make_neural_learner`, which supplies th
 * the update schedule: from the ``learning_starts``-th observation on, every ``update_every``
   observations, ``updates_per_step`` Adam steps, each on a batch of ``batch_size`` samples drawn
   uniformly with replacement. The schedule is a
-  :func:`~hyperx.bandits.base.lockstep_cond` around a ``lax.fori_loop``, so a whole run stays
+  :func:`~hyperx.lockstep.lockstep_cond` around a ``lax.fori_loop``, so a whole run stays
   one ``lax.scan``, seeds are one ``vmap``, and the vmapped seeds (in lockstep: the same
   observation count) train only on the rounds where training is due, not (as ``lax.cond``
   under ``vmap`` would) on every round;
@@ -33,10 +33,10 @@ from hyperx.bandits.base import (
     Learner,
     argmax_random_tiebreak,
     check_feedback,
-    lockstep_cond,
 )
 from hyperx.heads import trainable_params, with_params
 from hyperx.index import make_index
+from hyperx.lockstep import lockstep_cond
 from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
 
 Array = jax.Array

@@ -196,21 +196,25 @@ def test_evaluation_is_greedy_with_a_fresh_index_and_no_epsilon():
     assert np.all(np.asarray(actions) == int(jnp.argmax(q)))
 
 
-def test_observe_seeds_equals_the_vmapped_observe_and_learns_only_when_due():
-    """Three seeds, update_every = 3: the one-branch ``observe_seeds`` gives the same states as
-    ``vmap(observe)`` (the select form) on due and not-due steps, to 1e-6."""
+def test_vmapped_observe_learns_only_when_due_and_equals_each_seed_alone():
+    """Three seeds, update_every = 3: vmapped ``observe`` keeps a branch (a ``lax.cond``
+    would become a select that runs the update at every step) and gives each seed the state
+    it gets alone, to 1e-6, on due and not-due steps."""
     agent = _agent("dqn", learning_starts=4, update_every=3, batch_size=4)
     states = jax.vmap(agent.init)(jax.random.split(jax.random.PRNGKey(0), 3))
-    vmapped = jax.jit(jax.vmap(agent.observe))
-    branched = jax.jit(lambda s, k, t: core.observe_seeds(agent, s, k, t))
-    a = b = states
+    vmapped, single = jax.jit(jax.vmap(agent.observe)), jax.jit(agent.observe)
+    seeds = [jax.tree.map(lambda x, i=i: x[i], states) for i in range(3)]
     grad_steps = []
     for step in range(12):
         keys = jax.random.split(jax.random.PRNGKey(step + 1), 3)
-        t = jax.tree.map(lambda x: jnp.stack([x] * 3),
-                         _transition(step % NUM_STATES, step % 5 == 4, step % 2))
-        a, b = vmapped(a, keys, t), branched(b, keys, t)
-        grad_steps.append(int(b.grad_steps[0]))
-        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+        t = _transition(step % NUM_STATES, step % 5 == 4, step % 2)
+        states = vmapped(states, keys, jax.tree.map(lambda x: jnp.stack([x] * 3), t))
+        seeds = [single(s, keys[i], t) for i, s in enumerate(seeds)]
+        grad_steps.append(int(states.grad_steps[0]))
+        for i, s in enumerate(seeds):
+            for x, y in zip(jax.tree.leaves(states), jax.tree.leaves(s), strict=True):
+                np.testing.assert_allclose(np.asarray(x)[i], np.asarray(y), rtol=1e-6, atol=1e-6)
     assert grad_steps == [0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3]
+    t = jax.tree.map(lambda x: jnp.stack([x] * 3), _transition(0, False))
+    jaxpr = str(jax.make_jaxpr(jax.vmap(agent.observe))(states, keys, t))
+    assert "cond[" in jaxpr

@@ -3,7 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyperx.bandits.base import BanditSpec, argmax_random_tiebreak, delayed, lockstep_cond
+from hyperx.bandits.base import BanditSpec, argmax_random_tiebreak, delayed
+from hyperx.lockstep import lockstep_cond
 from hyperx.bandits.baselines import epsilon_greedy, uniform_random
 
 SPEC = BanditSpec(num_arms=4, context_dim=3, horizon=10)

@@ -27,7 +27,7 @@ S seeds (``--throughput-seeds``, default 1 16 64) as ONE compiled program (``run
 ``group_size=None``: one ``vmap`` over all S seeds inside one ``lax.scan``), and the script
 records seed-rounds per second, ``S T / run time``, the run time taken after compilation; the
 compile time is reported separately. Vmapped seeds train only on the rounds where training is
-due (``hyperx.bandits.base.lockstep_cond``), so a preset that trains every 10 rounds
+due (``hyperx.lockstep.lockstep_cond``), so a preset that trains every 10 rounds
 (``neural_classification``) is not charged for training every round. Writes
 ``results/bandit_neural_throughput.json`` (``bandit_neural.json`` is left alone).
 

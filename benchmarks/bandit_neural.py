@@ -1,26 +1,38 @@
-"""Neural bandit benchmark: neural Ensemble++ against the neural baselines.
+"""Neural bandit benchmark: every neural learner, its exploration knob selected on held-out seeds.
 
-Games (Li et al., Scalable Exploration via Ensemble++, arXiv:2407.13195; hyperx.envs.bandits):
-``quadratic`` (mu(x) = 0.01 x^T G G^T x, d = 100) and ``neural_classification`` (a random frozen
-MLP's class-1 probability, Bernoulli rewards, d = 100); each round offers 50 arms drawn from a
-per-seed pool of 1000 unit-sphere candidates, as the authors' code does. Learners
-(hyperx.bandits.neural, each with the game's preset of the reference code): neural Ensemble++,
-Ensemble+, epinet, HyperAgent, NeuralTS, NeuralUCB, epsilon-greedy, and uniform play.
+Games (Li et al., Scalable Exploration via Ensemble++, arXiv:2407.13195; hyperx.envs.bandits),
+all d = 100 with 50 arms a round drawn from a per-seed pool of 1000 unit-sphere candidates, as
+the authors' code does:
 
-Every learner runs ``--seeds`` seeds (common random numbers: seed s is the same problem for every
-learner) as one compiled ``lax.scan`` vmapped over seeds (hyperx.experiment.run_bandit).
+* ``quadratic``: mu(x) = 0.01 x^T G G^T x, reward noise N(0, 0.1^2);
+* ``neural_regression``: mu(x) = a random frozen MLP d-50-50-1, reward noise N(0, 0.1^2);
+* ``neural_classification``: mu(x) = softmax(a random frozen MLP d-50-50-2)_1, Bernoulli reward.
 
-The quadratic preset's prior scale 5 (posterior scale 1) makes neural Ensemble++ explore for
-thousands of rounds: the trainable factor must grow to cancel a prior term that dwarfs the
-reward gaps, at Adam's 1e-4 per step. So the benchmark also runs
-``neural_ensemble_pp_selected``: the (prior, posterior) scale of SCALE_GRID with the lowest mean
-final regret on ``--tune-seeds`` held-out seeds (base seed 1000, disjoint from the evaluation
-seeds 0..S-1), reported with the whole selection sweep. The other learners keep their presets.
+Horizon and seeds. The reference's ``scripts/run_nonlinear.py`` defaults to T = 1000 and its
+``start_synthetic.sh`` runs T = 100,000 with 5 seeds. Here T = 1500 with 20 evaluation seeds
+(0..19) and 8 held-out tuning seeds (base seed 1000); T = 100,000 does not fit on 2 CPU cores
+(about 65x the rounds of this run: some 80-100 h with the grids below, see docs/bandits.md).
 
-Outputs: ``results/bandit_neural.json`` (per game and learner: mean final cumulative expected
-regret with its normal 95% interval, sd, per-seed values, mean curve at log-spaced checkpoints,
-compile and run times; the prior-scale selection) and ``results/bandit_neural.png`` (mean regret
-vs t with 95% bands).
+Learners (hyperx.bandits.neural, each with the game's preset of the reference code for its
+update schedule): neural Ensemble++, HyperAgent, Ensemble+, epinet, NeuralUCB, NeuralTS,
+epsilon-greedy, and uniform play. Every learner that has a prior / posterior scale or an
+exploration knob gets the small grid of :data:`GRIDS`; the point with the lowest mean final
+regret on the held-out tuning seeds is then run on the evaluation seeds. Uniform play has no
+knob. One code path (:func:`run_cell`) does this for every learner alike.
+
+Every run is one compiled ``lax.scan`` vmapped over seeds (hyperx.experiment.run_bandit), with
+common random numbers: seed s is the same problem for every learner.
+
+Resumable cells. Each (game, learner) cell is written, when it finishes, to
+``results/bandit_neural/<game>__<learner>.json`` (the tuning sweep, the selected point and the
+evaluation run: mean final cumulative expected regret with its normal 95% interval, sd,
+per-seed values, mean curve at log-spaced checkpoints, times). A cell already on disk with the
+same settings is skipped, so the full run can be split across sessions (``--games`` /
+``--learners`` pick cells); a cell with other settings is refused, naming the first setting that
+differs, unless ``--overwrite``. ``results/bandit_neural.json`` (summary) and
+``results/bandit_neural.png`` (mean regret vs t with 95% bands) and ``results/bandit_neural.md``
+(the table) are rebuilt from the cells present with the current settings (``--summary``
+rebuilds them without running anything).
 
 ``--throughput`` measures speed instead: every neural learner, with the game's preset, runs
 S seeds (``--throughput-seeds``, default 1 16 64) as ONE compiled program (``run_bandit`` with
@@ -29,12 +41,14 @@ records seed-rounds per second, ``S T / run time``, the run time taken after com
 compile time is reported separately. Vmapped seeds train only on the rounds where training is
 due (``hyperx.lockstep.lockstep_cond``), so a preset that trains every 10 rounds
 (``neural_classification``) is not charged for training every round. Writes
-``results/bandit_neural_throughput.json`` (``bandit_neural.json`` is left alone).
+``results/bandit_neural_throughput.json``.
 
-    python benchmarks/bandit_neural.py            # T = 1500, 20 seeds (the lead's run, about
-                                                  # 30 min alone on 2 CPU cores)
-    python benchmarks/bandit_neural.py --quick    # tiny smoke test of the script (d = 10)
-    python benchmarks/bandit_neural.py --learning-rate 1e-3   # faster learning than the reference
+    python benchmarks/bandit_neural.py            # all 24 cells, T = 1500, 20 + 8 seeds
+    python benchmarks/bandit_neural.py --games quadratic --learners neural_ensemble_pp
+    python benchmarks/bandit_neural.py --summary  # rebuild the JSON and plot from the cells
+    python benchmarks/bandit_neural.py --quick    # smoke test (d = 10, T = 60, 2 + 2 seeds,
+                                                  # two grid points per learner; cells under
+                                                  # results/bandit_neural_quick/)
     python benchmarks/bandit_neural.py --throughput            # T = 500 at 1, 16, 64 seeds
     python benchmarks/bandit_neural.py --throughput --quick --throughput-seeds 1 2 --out /tmp/t
 """
@@ -43,37 +57,57 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
+from hyperx.bandits.base import Learner
 from hyperx.bandits.baselines import uniform_random
 from hyperx.bandits.neural import NEURAL_LEARNERS, PRESETS, neural_learner
 from hyperx.bandits.neural_core import NeuralConfig
-from hyperx.envs.bandits import make_bandit_env
-from hyperx.experiment import run_bandit
+from hyperx.envs.bandits import BanditEnv, make_bandit_env
+from hyperx.experiment import BanditResult, run_bandit
 
 RESULTS = Path(__file__).resolve().parent / "results"
-GAMES = ("quadratic", "neural_classification")
+GAMES = ("quadratic", "neural_regression", "neural_classification")
 LEARNERS = (*NEURAL_LEARNERS, "uniform")
-TUNED = "neural_ensemble_pp_selected"
-SCALE_GRID = ((5.0, 1.0), (1.0, 1.0), (0.3, 0.3), (0.1, 0.1), (0.03, 0.03))
 TUNE_SEED = 1000
 THROUGHPUT_SEEDS = (1, 16, 64)
 THROUGHPUT_HORIZON = 500
 
+_SCALES = ((5.0, 1.0), (1.0, 1.0), (0.3, 0.3), (0.1, 0.1), (0.03, 0.03))
+_PRIORS = (5.0, 1.0, 0.3, 0.1, 0.03)
+GRIDS: dict[str, tuple[dict[str, float], ...]] = {
+    # (prior, posterior) scale: 5/1 is the reference's quadratic preset, 0.1/0.1 its default
+    "neural_ensemble_pp": tuple(dict(prior_scale=p, posterior_scale=q) for p, q in _SCALES),
+    "neural_hyperagent": tuple(dict(prior_scale=p, posterior_scale=q) for p, q in _SCALES),
+    # the frozen prior's scale (Ensemble+: reference's per-game prior scale; epinet default 0.3)
+    "neural_ensemble_plus": tuple(dict(prior_scale=p) for p in _PRIORS),
+    "neural_epinet": tuple(dict(prior_scale=p) for p in _PRIORS),
+    # the exploration multiplier nu (the papers' default 1)
+    "neural_ucb": tuple(dict(nu=v) for v in (3.0, 1.0, 0.3, 0.1, 0.03)),
+    "neural_ts": tuple(dict(nu=v) for v in (3.0, 1.0, 0.3, 0.1, 0.03)),
+    "neural_epsilon_greedy": tuple(dict(epsilon=e) for e in (0.3, 0.1, 0.03, 0.01, 0.0)),
+    "uniform": (),
+}
+"""The knob grid of every learner: one dict of factory keyword arguments per point."""
+
 
 def interval(x: np.ndarray) -> tuple[float, float]:
-    """Mean and half-width of the normal 95% interval of the mean."""
+    """Mean and half-width of the normal 95% interval of the mean, 1.96 sd / sqrt(n)."""
     half = 1.96 * x.std(ddof=1) / np.sqrt(x.size) if x.size > 1 else float("nan")
     return float(x.mean()), float(half)
 
 
-def _record(result) -> dict:
+def record(result: BanditResult) -> dict[str, Any]:
+    """The final regret's mean, 95% half-width, sd and per-seed values; the mean curve."""
     seeds = result.final_regret.size
     mean, half = interval(result.final_regret)
     return {
@@ -87,42 +121,155 @@ def _record(result) -> dict:
     }
 
 
-def select_scales(env, game: str, horizon: int, seeds: int, config: NeuralConfig) -> dict:
-    """Neural Ensemble++'s (prior, posterior) scale with the lowest mean final regret on
-    ``seeds`` held-out seeds (base seed TUNE_SEED, disjoint from the evaluation seeds)."""
-    sweep = {}
-    for prior, post in SCALE_GRID:
-        learner = neural_learner("neural_ensemble_pp", game, config=config, prior_scale=prior,
-                                 posterior_scale=post)
-        result = run_bandit(env, learner, horizon=horizon, num_seeds=seeds, seed=TUNE_SEED)
-        sweep[f"{prior}/{post}"] = float(result.final_regret.mean())
-        print(f"{game:22s} tune neural_ensemble_pp prior/posterior {prior}/{post}: "
-              f"{sweep[f'{prior}/{post}']:9.2f}", flush=True)
-    best = min(sweep, key=sweep.get)
-    prior, post = (float(v) for v in best.split("/"))
-    return {"held_out_seeds": seeds, "base_seed": TUNE_SEED, "mean_final_regret": sweep,
-            "selected": {"prior_scale": prior, "posterior_scale": post}}
+def point_label(point: Mapping[str, float]) -> str:
+    """``{"prior_scale": 0.1, "posterior_scale": 0.1}`` -> ``"prior_scale=0.1,posterior_..."``."""
+    return ",".join(f"{k}={v:g}" for k, v in point.items()) or "-"
 
 
-def run_game(game: str, horizon: int, seeds: int, dim: int, config: NeuralConfig,
-             tune_seeds: int) -> tuple[dict, dict]:
-    env = make_bandit_env(game, dim=dim)
-    tuning = select_scales(env, game, horizon, tune_seeds, config)
-    rows = {}
-    for name in (*LEARNERS, TUNED):
-        if name == "uniform":
-            learner = uniform_random()
-        elif name == TUNED:
-            learner = neural_learner("neural_ensemble_pp", game, config=config,
-                                     **tuning["selected"])
-        else:
-            learner = neural_learner(name, game, config=config)
-        result = run_bandit(env, learner, horizon=horizon, num_seeds=seeds)
-        rows[name] = _record(result)
-        mean, half = rows[name]["final_mean"], rows[name]["final_ci95"]
-        print(f"{game:22s} {name:28s} {mean:9.2f} +- {half:7.2f}   compile "
-              f"{result.compile_time_s:5.1f}s run {result.wall_time_s:6.1f}s", flush=True)
-    return rows, tuning
+def cell_path(out: Path, game: str, name: str) -> Path:
+    return out / f"{game}__{name}.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` to ``path`` atomically (a stopped run never leaves half a cell)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """The first key whose value differs between two settings dicts (JSON-normalised)."""
+    a, b = json.loads(json.dumps(a)), json.loads(json.dumps(b))
+    for key in sorted(set(a) | set(b)):
+        if a.get(key) != b.get(key):
+            return f"{key}: {a.get(key)!r} on disk, {b.get(key)!r} now"
+    return None
+
+
+def load_cell(path: Path, settings: Mapping[str, Any], overwrite: bool) -> dict | None:
+    """The cell at ``path`` if it was run with ``settings``; None if absent (or overwritten).
+
+    Raises ``SystemExit`` naming the first differing setting when the file holds another run's
+    cell and ``overwrite`` is off."""
+    if not path.exists():
+        return None
+    cell = json.loads(path.read_text())
+    diff = first_difference(cell["settings"], settings)
+    if diff is None:
+        return cell
+    if overwrite:
+        return None
+    raise SystemExit(f"{path}: cell run with other settings ({diff}); pass --overwrite to "
+                     "replace it, or --out another folder")
+
+
+def run_cell(path: Path, settings: Mapping[str, Any], env: BanditEnv,
+             make: Callable[..., Learner], grid: Sequence[Mapping[str, float]], *,
+             horizon: int, seeds: int, tune_seeds: int = 0, label: str,
+             overwrite: bool = False) -> dict:
+    """One resumable cell: select ``make``'s knob on held-out seeds, then evaluate it.
+
+    Each grid point ``p`` runs ``make(**p)`` on ``tune_seeds`` seeds of base seed TUNE_SEED
+    (disjoint from the evaluation seeds 0..seeds-1 of base seed 0); the point with the lowest
+    mean final regret is run on the evaluation seeds. An empty grid runs ``make()`` directly.
+    The cell is written to ``path`` (and returned); an existing cell with ``settings`` is
+    returned without running.
+    """
+    cell = load_cell(path, settings, overwrite)
+    if cell is not None:
+        print(f"{label:50s} on disk: {cell['result']['final_mean']:9.2f} +- "
+              f"{cell['result']['final_ci95']:7.2f}", flush=True)
+        return cell
+    start = time.perf_counter()
+    sweep: dict[str, float] = {}
+    for point in grid:
+        result = run_bandit(env, make(**point), horizon=horizon, num_seeds=tune_seeds,
+                            seed=TUNE_SEED)
+        sweep[point_label(point)] = float(result.final_regret.mean())
+        print(f"{label:50s} tune {point_label(point):40s} {sweep[point_label(point)]:9.2f}",
+              flush=True)
+    selected = dict(grid[int(np.argmin(list(sweep.values())))]) if grid else {}
+    tune_s = time.perf_counter() - start
+    result = run_bandit(env, make(**selected), horizon=horizon, num_seeds=seeds)
+    cell = {"settings": dict(settings), "selected": selected,
+            "tuning": {"held_out_seeds": tune_seeds, "base_seed": TUNE_SEED,
+                       "mean_final_regret": sweep, "tune_s": tune_s} if grid else None,
+            "result": record(result), "cell_s": time.perf_counter() - start}
+    write_json(path, cell)
+    print(f"{label:50s} {point_label(selected):40s} {cell['result']['final_mean']:9.2f} +- "
+          f"{cell['result']['final_ci95']:7.2f}   cell {cell['cell_s']:6.0f}s", flush=True)
+    return cell
+
+
+def learner_factory(name: str, game: str, config: NeuralConfig) -> Callable[..., Learner]:
+    """``make(**knobs)`` for learner ``name`` with ``game``'s preset schedule."""
+    if name == "uniform":
+        return lambda: uniform_random()
+    return lambda **knobs: neural_learner(name, game, config=config, **knobs)
+
+
+def cell_settings(args: argparse.Namespace, config: NeuralConfig, game: str,
+                  name: str) -> dict[str, Any]:
+    return {"game": game, "learner": name, "horizon": args.horizon, "seeds": args.seeds,
+            "tune_seeds": args.tune_seeds, "tune_base_seed": TUNE_SEED, "dim": args.dim,
+            "config": config._asdict(), "grid": list(grid_of(name, args.quick))}
+
+
+def grid_of(name: str, quick: bool) -> tuple[dict[str, float], ...]:
+    """Learner ``name``'s knob grid; ``--quick`` keeps its first two points."""
+    return GRIDS[name][:2] if quick else GRIDS[name]
+
+
+def summarise(cells_dir: Path, expected: Callable[[str, str], Mapping[str, Any]],
+              stem: Path, meta: dict) -> dict:
+    """Rebuild ``stem``.json, ``.png`` and ``.md`` from the cells in ``cells_dir`` whose settings
+    equal ``expected(game, learner)`` (others are listed under ``skipped``)."""
+    results: dict[str, dict] = {}
+    skipped = []
+    for path in sorted(cells_dir.glob("*__*.json")):
+        cell = json.loads(path.read_text())
+        game, name = cell["settings"]["game"], cell["settings"]["learner"]
+        if game not in GAMES or name not in LEARNERS:
+            skipped.append(f"{path.name}: unknown game or learner")
+            continue
+        diff = first_difference(cell["settings"], expected(game, name))
+        if diff is not None:
+            skipped.append(f"{path.name}: {diff}")
+            continue
+        results.setdefault(game, {})[name] = {**cell["result"], "selected": cell["selected"],
+                                              "tuning": cell["tuning"]}
+    order = {g: i for i, g in enumerate(GAMES)}
+    results = {g: {n: results[g][n] for n in LEARNERS if n in results[g]}
+               for g in sorted(results, key=order.get)}
+    summary = {"meta": meta, "results": results, "skipped": skipped,
+               "missing": [f"{g}__{n}" for g in meta["games"] for n in meta["learners"]
+                           if n not in results.get(g, {})]}
+    write_json(stem.with_suffix(".json"), summary)
+    if results:
+        plot(results, stem.with_suffix(".png"))
+    text = table(results)
+    stem.with_suffix(".md").write_text(
+        f"Neural bandits (T = {meta['horizon']}, {meta['seeds']} seeds, d = {meta['dim']}; each "
+        f"knob selected on {meta['tune_seeds']} held-out seeds): final cumulative expected "
+        "regret, mean +- 95% interval (selected knob).\n\n" + text + "\n")
+    print(text)
+    print(f"{sum(map(len, results.values()))} cells -> {stem}.json/.png; missing: "
+          f"{', '.join(summary['missing']) or 'none'}")
+    return summary
+
+
+def table(results: Mapping[str, Mapping[str, dict]]) -> str:
+    """Markdown table: learner x game, mean final regret +- 95% half-width (selected knob)."""
+    games = list(results)
+    lines = ["| learner | " + " | ".join(games) + " |", "|---" * (len(games) + 1) + "|"]
+    for name in (n for n in LEARNERS if any(n in rows for rows in results.values())):
+        cells = []
+        for game in games:
+            row = results[game].get(name)
+            cells.append("-" if row is None else f"{row['final_mean']:.1f} +- "
+                         f"{row['final_ci95']:.1f} ({point_label(row['selected'])})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def throughput_game(game: str, horizon: int, dim: int, config: NeuralConfig,
@@ -147,36 +294,49 @@ def throughput_game(game: str, horizon: int, dim: int, config: NeuralConfig,
     return rows
 
 
-def plot(results: dict, path: Path) -> None:
+def plot(results: Mapping[str, Mapping[str, dict]], path: Path) -> None:
     plt.switch_backend("Agg")
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for ax, (game, rows) in zip(axes[0], results.items(), strict=True):
         for name, row in rows.items():
             t, mean = np.asarray(row["t"]), np.asarray(row["curve_mean"])
-            ax.plot(t, mean, label=name)
+            ax.plot(t, mean, label=f"{name} ({point_label(row.get('selected', {}))})")
             if row["curve_ci95"] is not None:
                 half = np.asarray(row["curve_ci95"])
                 ax.fill_between(t, mean - half, mean + half, alpha=0.2)
         ax.set(title=game, xlabel="round t", ylabel="cumulative expected regret")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def check_positive_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                        names: Sequence[str]) -> None:
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--horizon", type=int, default=None,
                         help=f"rounds T (default 1500; {THROUGHPUT_HORIZON} with --throughput)")
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--dim", type=int, default=100)
-    parser.add_argument("--games", nargs="+", default=list(GAMES))
+    parser.add_argument("--seeds", type=int, default=20, help="evaluation seeds")
     parser.add_argument("--tune-seeds", type=int, default=8,
-                        help="held-out seeds for selecting neural Ensemble++'s prior scale")
+                        help="held-out seeds (base seed 1000) on which each knob is selected")
+    parser.add_argument("--dim", type=int, default=100)
+    parser.add_argument("--games", nargs="+", default=list(GAMES), choices=GAMES)
+    parser.add_argument("--learners", nargs="+", default=list(LEARNERS), choices=LEARNERS)
     parser.add_argument("--learning-rate", type=float, default=NeuralConfig().learning_rate,
                         help="Adam step size of every neural learner (reference: 1e-4)")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke test: T = 60, 2 seeds, d = 10, a smaller network")
+                        help="smoke test: T = 60, 2 + 2 seeds, d = 10, a smaller network")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="rerun cells on disk that were run with other settings")
+    parser.add_argument("--summary", action="store_true",
+                        help="only rebuild the summary JSON and plot from the cells on disk")
     parser.add_argument("--throughput", action="store_true",
                         help="measure seed-rounds per second instead of regret")
     parser.add_argument("--throughput-seeds", type=int, nargs="+",
@@ -184,10 +344,7 @@ def main() -> None:
                         help="seed counts of --throughput, each one vmapped program")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    for name in ("horizon", "seeds", "dim", "tune_seeds"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
+    check_positive_args(parser, args, ("horizon", "seeds", "dim", "tune_seeds"))
     if min(args.throughput_seeds) < 1:
         parser.error(f"--throughput-seeds: expected positive integers, got "
                      f"{args.throughput_seeds}")
@@ -214,17 +371,22 @@ def main() -> None:
             {"meta": meta, "results": results}, indent=1))
         print(f"total {meta['total_s']:.0f}s -> {args.out / stem}.json")
         return
-    results, tuning = {}, {}
-    for game in args.games:
-        results[game], tuning[game] = run_game(game, args.horizon, args.seeds, args.dim, config,
-                                               args.tune_seeds)
-    total = time.perf_counter() - start
     stem = "bandit_neural_quick" if args.quick else "bandit_neural"
-    meta.update(seeds=args.seeds, total_s=total)
-    (args.out / f"{stem}.json").write_text(json.dumps(
-        {"meta": meta, "prior_scale_selection": tuning, "results": results}, indent=1))
-    plot(results, args.out / f"{stem}.png")
-    print(f"total {total:.0f}s -> {args.out / stem}.json/.png")
+    cells_dir = args.out / stem
+    cells_dir.mkdir(exist_ok=True)
+    if not args.summary:
+        for game in args.games:
+            env = make_bandit_env(game, dim=args.dim)
+            for name in args.learners:
+                run_cell(cell_path(cells_dir, game, name), cell_settings(args, config, game, name),
+                         env, learner_factory(name, game, config), grid_of(name, args.quick),
+                         horizon=args.horizon, seeds=args.seeds, tune_seeds=args.tune_seeds,
+                         label=f"{game} {name}", overwrite=args.overwrite)
+    meta.update(seeds=args.seeds, tune_seeds=args.tune_seeds, tune_base_seed=TUNE_SEED,
+                games=list(GAMES), learners=list(LEARNERS),
+                grids={k: list(v) for k, v in GRIDS.items()},
+                session_s=time.perf_counter() - start)
+    summarise(cells_dir, lambda g, n: cell_settings(args, config, g, n), args.out / stem, meta)
 
 
 if __name__ == "__main__":

@@ -83,12 +83,23 @@ PRESETS: dict[str, dict[str, float | int]] = {
 
 
 def _indexed_model(network: Network, act_index: IndexDistribution,
-                   update_indices: Callable[[Array], Array], sigma: float) -> NeuralModel:
-    """An index-sampled model: act on f(x, zeta), zeta ~ act_index; perturbed loss."""
+                   update_indices: Callable[[Array], Array], sigma: float, *,
+                   reinit: Callable[[Array, Any], Any] | None = None,
+                   freeze: Callable[[Any], Any] | None = None) -> NeuralModel:
+    """An index-sampled model: act on f(x, zeta), zeta ~ act_index; perturbed loss.
+
+    ``reinit(key, params) -> params`` replaces the network's initial trainable parameters;
+    ``freeze(params) -> params`` applies ``stop_gradient`` to the parameters that must keep
+    their initial value (their gradient, weight decay included, is then exactly 0, and so is
+    Adam's step).
+    """
     m = act_index.dim
 
     def init(key: Array, x: Array) -> dict[str, Any]:
-        return network.init(key, x, jnp.zeros((m,), jnp.float32))
+        variables = network.init(key, x, jnp.zeros((m,), jnp.float32))
+        if reinit is None:
+            return variables
+        return with_params(variables, reinit(jax.random.fold_in(key, 1), variables["params"]))
 
     def scores(variables, extra, key: Array, contexts: Array) -> Array:
         del extra
@@ -97,6 +108,8 @@ def _indexed_model(network: Network, act_index: IndexDistribution,
     def loss(params, variables, key: Array, batch: Batch, weight_decay: float,
              num_data: Array) -> Array:
         xi = update_indices(key)
+        if freeze is not None:
+            params = freeze(params)
         pred = network.apply(with_params(variables, params), batch.x, xi)[..., 0]
         return perturbed_regression_loss(pred, batch.reward, xi=xi, z=batch.z, sigma=sigma,
                                          params=params, weight_decay=weight_decay,
@@ -117,26 +130,120 @@ def _sampled(dist: IndexDistribution, num_indices: int) -> Callable[[Array], Arr
     return lambda key: dist.sample(key, (num_indices,))
 
 
+ENSEMBLE_PP_TORSO_INITS = ("default", "torch")
+ENSEMBLE_PP_FACTOR_INITS = ("default", "xavier")
+
+
+def _torch_linear(key: Array, layer: dict[str, Array]) -> dict[str, Array]:
+    """PyTorch's ``nn.Linear`` default: kernel and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    k_w, k_b = jax.random.split(key)
+    bound = 1.0 / math.sqrt(layer["kernel"].shape[0])
+    out = {"kernel": jax.random.uniform(k_w, layer["kernel"].shape, jnp.float32, -bound, bound)}
+    if "bias" in layer:
+        out["bias"] = jax.random.uniform(k_b, layer["bias"].shape, jnp.float32, -bound, bound)
+    return out
+
+
+def _ensemble_pp_reinit(torso_init: str, factor_init: str, mean_bias: bool,
+                        factor_bias: bool) -> Callable[[Array, Any], Any] | None:
+    """The initial-parameter map of :func:`ensemble_pp_model`'s reference switches."""
+    if (torso_init, factor_init, mean_bias, factor_bias) == ("default", "default", True, True):
+        return None
+
+    def reinit(key: Array, params: Any) -> Any:
+        params = dict(params)
+        k_torso, k_mean, k_a = jax.random.split(key, 3)
+        if torso_init == "torch":
+            torso = params["torso"]
+            keys = jax.random.split(k_torso, len(torso))
+            params["torso"] = {name: _torch_linear(k, torso[name])
+                               for k, name in zip(keys, sorted(torso), strict=True)}
+            params["mean"] = _torch_linear(k_mean, params["mean"])
+        hyper = dict(params["hyper"])
+        if factor_init == "xavier":  # torch xavier_normal_ of the (O P, M) hyper-layer weight
+            o, p, m = hyper["A"].shape
+            hyper["A"] = math.sqrt(2.0 / (m + o * p)) * jax.random.normal(k_a, (o, p, m))
+        if not factor_bias:
+            hyper["b"] = jnp.zeros_like(hyper["b"])
+        params["hyper"] = hyper
+        if not mean_bias:
+            params["mean"] = {**params["mean"], "bias": jnp.zeros_like(params["mean"]["bias"])}
+        return params
+
+    return reinit
+
+
+def _ensemble_pp_freeze(mean_bias: bool, factor_bias: bool) -> Callable[[Any], Any] | None:
+    """``stop_gradient`` on the biases that the reference's network does not have."""
+    if mean_bias and factor_bias:
+        return None
+
+    def freeze(params: Any) -> Any:
+        params = dict(params)
+        if not mean_bias:
+            params["mean"] = {**params["mean"],
+                              "bias": jax.lax.stop_gradient(params["mean"]["bias"])}
+        if not factor_bias:
+            params["hyper"] = {**params["hyper"],
+                               "b": jax.lax.stop_gradient(params["hyper"]["b"])}
+        return params
+
+    return freeze
+
+
 def ensemble_pp_model(index_dim: int = 8, *, sigma: float = 0.01, prior_scale: float = 0.1,
-                      posterior_scale: float = 0.1, hidden: Sequence[int] = (64, 64)
-                      ) -> NeuralModel:
-    """The neural Ensemble++ model of :func:`neural_ensemble_pp` (for custom engines/tests)."""
+                      posterior_scale: float = 0.1, hidden: Sequence[int] = (64, 64),
+                      torso_init: str = "default", factor_init: str = "default",
+                      mean_bias: bool = True, factor_bias: bool = True) -> NeuralModel:
+    """The neural Ensemble++ model of :func:`neural_ensemble_pp` (for custom engines/tests).
+
+    Four switches turn a difference from the reference code (szrlee/Ensemble_Plus_Plus,
+    ``network/ensemble_exp.py``) to the reference's choice, one at a time:
+
+    * ``torso_init="torch"``: the torso's and the mean head's kernels and biases
+      ~ U(+-1/sqrt(fan_in)) (PyTorch's ``nn.Linear`` default) instead of LeCun-normal kernels
+      and zero biases;
+    * ``factor_init="xavier"``: A ~ N(0, 2 / (M + P)) (torch ``xavier_normal_`` of the (P, M)
+      hyper-layer weight, P = the torso width) instead of a truncated normal of variance 1/M;
+    * ``mean_bias=False``: no bias c in the mean head ``w^T h(x) + c`` (the reference's
+      ``based_out`` has ``bias=False``): c is held at 0;
+    * ``factor_bias=False``: no index-free b in ``<sg(h), A zeta + b>`` (the reference's hyper
+      layer has no bias with ``feature_sg=1``): b is held at 0.
+
+    A bias "held at 0" stays a parameter of the network but gets ``stop_gradient`` in the
+    loss, so it never moves from its zero initialisation.
+    """
     _check_common(index_dim, sigma)
+    check_choice("torso_init", torso_init, ENSEMBLE_PP_TORSO_INITS)
+    check_choice("factor_init", factor_init, ENSEMBLE_PP_FACTOR_INITS)
+    for name, value in (("mean_bias", mean_bias), ("factor_bias", factor_bias)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}: expected a bool, got {value!r}")
     head = EnsemblePlusHead(1, index_dim, torso=MLPTorso(tuple(hidden)),
                             prior_scale=prior_scale, posterior_scale=posterior_scale)
     support = make_index("coordinate", index_dim).support()
     return _indexed_model(make_network(head), make_index("scaled_sphere", index_dim),
-                          lambda key: support, sigma)
+                          lambda key: support, sigma,
+                          reinit=_ensemble_pp_reinit(torso_init, factor_init, mean_bias,
+                                                     factor_bias),
+                          freeze=_ensemble_pp_freeze(mean_bias, factor_bias))
 
 
 def neural_ensemble_pp(index_dim: int = 8, *, sigma: float = 0.01, prior_scale: float = 0.1,
-                       posterior_scale: float = 0.1,
+                       posterior_scale: float = 0.1, torso_init: str = "default",
+                       factor_init: str = "default", mean_bias: bool = True,
+                       factor_bias: bool = True,
                        config: NeuralConfig = DEFAULT_CONFIG) -> Learner:
     """Neural Ensemble++ (arXiv:2407.13195): ``f(x, zeta) = w^T h(x) + s_post <sg(h(x)),
-    A zeta + b> + s_prior <sg(h(x)), A_0 zeta>``; 2M "pm" update indices on every sample."""
+    A zeta + b> + s_prior <sg(h(x)), A_0 zeta>``; 2M "pm" update indices on every sample.
+
+    ``torso_init``, ``factor_init``, ``mean_bias`` and ``factor_bias`` switch the differences
+    from the reference code (see :func:`ensemble_pp_model`; the defaults are ours)."""
     check_config(config)
     model = ensemble_pp_model(index_dim, sigma=sigma, prior_scale=prior_scale,
-                              posterior_scale=posterior_scale, hidden=config.hidden)
+                              posterior_scale=posterior_scale, hidden=config.hidden,
+                              torso_init=torso_init, factor_init=factor_init,
+                              mean_bias=mean_bias, factor_bias=factor_bias)
     return make_neural_learner(model, config)
 
 

@@ -18,7 +18,8 @@ Games (``make_bandit_env(name, **kwargs)``):
 - ``quadratic``: mu(x) = 0.01 x^T G G^T x, G in R^{d x d} with N(0, 1) entries (Li et al.,
   "Scalable Exploration via Ensemble++", arXiv:2407.13195; the authors' code draws G and a pool
   of 1000 unit-sphere candidate arms, offers 50 of them without replacement each round, and adds
-  N(0, 0.1^2) noise). Here G and the pool are redrawn per seed (the authors fix them across runs).
+  N(0, 0.1^2) noise). Here G and the pool are redrawn per seed (the authors fix them across runs;
+  ``instance_seed=`` does that).
 - ``neural_regression`` / ``neural_classification``: mu(x) is a random frozen MLP (d-50-50-out,
   ReLU, Xavier-normal weights, PyTorch-default uniform biases) of the arm feature, on the same
   candidate pool as ``quadratic``. Regression: one output plus N(0, 0.1^2) noise.
@@ -177,16 +178,21 @@ def _sphere(key: Array, n: int, dim: int) -> Array:
 
 def _pool_game(
     name: str, dim: int, num_arms: int, num_candidates: int,
-    mean_fn: Callable[[Array, Array], Array], reward_fn,
+    mean_fn: Callable[[Array, Array], Array], reward_fn, instance_seed: int | None,
 ) -> BanditEnv:
-    """Arms offered each round: ``num_arms`` of a per-seed pool of unit-sphere candidates."""
+    """Arms offered each round: ``num_arms`` of a pool of unit-sphere candidates, drawn per seed
+    from the seed's key, or once from ``PRNGKey(instance_seed)`` for every seed alike."""
     _check_sizes(num_arms, dim)
     check_int("num_candidates", num_candidates, low=2)
     if num_candidates < num_arms:
         raise ValueError(
             f"num_candidates: expected >= num_arms = {num_arms}, got {num_candidates}")
+    if instance_seed is not None:
+        check_int("instance_seed", instance_seed, low=0, high=2**32 - 1)
 
     def init(key: Array) -> dict[str, Array]:
+        if instance_seed is not None:
+            key = jax.random.PRNGKey(instance_seed)
         k_pool, k_fn = jax.random.split(key)
         pool = _sphere(k_pool, num_candidates, dim)
         return {"pool": pool, "means": mean_fn(k_fn, pool)}
@@ -203,9 +209,14 @@ def _pool_game(
 
 def quadratic(
     dim: int = 100, num_arms: int = 50, *, num_candidates: int = 1000, noise_std: float = 0.1,
-    scale: float = 0.01,
+    scale: float = 0.01, instance_seed: int | None = None,
 ) -> BanditEnv:
-    """Quadratic game: mu(x) = scale * x^T G G^T x, G_ij ~ N(0, 1), Gaussian reward noise."""
+    """Quadratic game: mu(x) = scale * x^T G G^T x, G_ij ~ N(0, 1), Gaussian reward noise.
+
+    G and the candidate pool are drawn per seed; with ``instance_seed`` they are drawn once
+    from ``PRNGKey(instance_seed)`` and shared by every seed, as the reference code draws them
+    once for all its runs (only the offered arms and the reward noise then differ by seed).
+    """
     check_positive("noise_std", noise_std, allow_zero=True)
     check_positive("scale", scale)
 
@@ -214,7 +225,7 @@ def quadratic(
         return scale * jnp.sum((pool @ g) ** 2, axis=-1)
 
     return _pool_game("quadratic", dim, num_arms, num_candidates, mean_fn,
-                      _gaussian_reward(noise_std))
+                      _gaussian_reward(noise_std), instance_seed)
 
 
 def _random_mlp(key: Array, sizes: tuple[int, ...], x: Array) -> Array:
@@ -233,12 +244,13 @@ def _random_mlp(key: Array, sizes: tuple[int, ...], x: Array) -> Array:
 
 def neural(
     dim: int = 100, num_arms: int = 50, *, task: str = "regression", num_candidates: int = 1000,
-    noise_std: float = 0.1,
+    noise_std: float = 0.1, instance_seed: int | None = None,
 ) -> BanditEnv:
     """Neural game: mu(x) from a random frozen MLP (d-50-50-out) of the arm feature.
 
     ``task="regression"``: mu(x) = MLP(x) with one output, reward mu + N(0, noise_std^2).
     ``task="classification"``: two logits, mu(x) = softmax(MLP(x))_1, Bernoulli(mu) reward.
+    ``instance_seed``: the MLP and the pool shared by every seed (see :func:`quadratic`).
     """
     check_choice("task", task, ("regression", "classification"))
     check_positive("noise_std", noise_std, allow_zero=True)
@@ -250,7 +262,8 @@ def neural(
         return logits[:, 0] if out == 1 else jax.nn.softmax(logits, axis=-1)[:, 1]
 
     reward_fn = _gaussian_reward(noise_std) if out == 1 else _bernoulli_reward
-    return _pool_game(f"neural_{task}", dim, num_arms, num_candidates, mean_fn, reward_fn)
+    return _pool_game(f"neural_{task}", dim, num_arms, num_candidates, mean_fn, reward_fn,
+                      instance_seed)
 
 
 def _load_dataset(dataset: str) -> tuple[np.ndarray, np.ndarray]:

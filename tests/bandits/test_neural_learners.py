@@ -182,6 +182,50 @@ def test_ensemble_pp_beats_uniform(ensemble_pp_run):
     assert regret.mean() < 0.8 * _uniform_regret().mean()
 
 
+def test_ensemble_pp_reference_switches_init_and_hold_the_biases_at_zero():
+    # The ablation knobs of neural Ensemble++ (benchmarks/bandit_neural_ablation.py): torch's
+    # nn.Linear init U(+-1/sqrt(fan_in)) on torso and mean head, A ~ N(0, 2 / (M + P)), and the
+    # mean-head bias c and factor bias b held at exactly 0 through training (stop_gradient:
+    # zero gradient, so Adam's step is 0) while everything else trains.
+    m = 4
+    learner = neural_ensemble_pp(m, prior_scale=1.0, posterior_scale=1.0, torso_init="torch",
+                                 factor_init="xavier", mean_bias=False, factor_bias=False,
+                                 config=SMALL)
+    state0, state, regret = _run(learner, horizon=60, seeds=2)
+    params0, params = state0.variables["params"], state.variables["params"]
+    for layer in (*params0["torso"].values(), params0["mean"]):
+        kernel = np.asarray(layer["kernel"])
+        bound = 1.0 / np.sqrt(kernel.shape[-2])
+        assert np.all(np.abs(kernel) <= bound) and np.abs(kernel).max() > 0.5 * bound
+    bias = np.asarray(params0["torso"]["Dense_0"]["bias"])
+    assert np.all(np.abs(bias) <= 1 / np.sqrt(ENV.context_dim)) and np.any(bias != 0)
+    a = np.asarray(params0["hyper"]["A"])  # (seeds, O, P, M)
+    # sd of 2 x 16 x 4 = 128 normal draws: relative error ~ 1/sqrt(256) = 0.06; tolerance 0.25
+    np.testing.assert_allclose(a.std(), np.sqrt(2 / (m + a.shape[-2])), rtol=0.25)
+    for p in (params0, params):
+        assert not np.any(np.asarray(p["mean"]["bias"]))
+        assert not np.any(np.asarray(p["hyper"]["b"]))
+    assert not np.array_equal(params0["hyper"]["A"], params["hyper"]["A"])
+    assert not np.array_equal(params0["mean"]["kernel"], params["mean"]["kernel"])
+    assert np.all(np.isfinite(np.asarray(regret)))
+
+
+def test_ensemble_pp_defaults_keep_their_biases_trainable(ensemble_pp_run):
+    state0, state, _ = ensemble_pp_run
+    assert not np.array_equal(state0.variables["params"]["mean"]["bias"],
+                              state.variables["params"]["mean"]["bias"])
+    assert not np.array_equal(state0.variables["params"]["hyper"]["b"],
+                              state.variables["params"]["hyper"]["b"])
+
+
+@pytest.mark.parametrize(("kwargs", "argument"), [
+    (dict(torso_init="xavier"), "torso_init"), (dict(factor_init="torch"), "factor_init"),
+    (dict(mean_bias=0), "mean_bias"), (dict(factor_bias="no"), "factor_bias")])
+def test_ensemble_pp_switches_reject_bad_values(kwargs, argument):
+    with pytest.raises(ValueError, match=argument):
+        neural_ensemble_pp(4, **kwargs)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["neural_ts", "neural_ucb", "neural_epinet",
                                   "neural_hyperagent", "neural_ensemble_plus",

@@ -140,6 +140,27 @@ def test_classification_concat_encoding():
     np.testing.assert_array_equal(r.contexts[0, :13], r.contexts[2, :13])
 
 
+@pytest.mark.parametrize("name", ["quadratic", "neural_regression", "neural_classification"])
+def test_instance_seed_shares_the_game_across_seeds(name):
+    # Per-seed instances by default; with instance_seed every seed gets the same pool and means
+    # (the reference's single instance), drawn reproducibly from the seed, while the arms
+    # offered each round still depend on the seed's key.
+    kwargs = SMALL[name]
+    per_seed, _ = _rounds(make_bandit_env(name, **kwargs))
+    assert not np.array_equal(per_seed["pool"][0], per_seed["pool"][1])
+    shared, rounds = _rounds(make_bandit_env(name, instance_seed=7, **kwargs))
+    again, _ = _rounds(make_bandit_env(name, instance_seed=7, **kwargs))
+    other, _ = _rounds(make_bandit_env(name, instance_seed=8, **kwargs))
+    for key in ("pool", "means"):
+        np.testing.assert_array_equal(shared[key][0], shared[key][1])
+        np.testing.assert_array_equal(shared[key], again[key])
+        assert not np.array_equal(shared[key][0], other[key][0])
+    assert not np.array_equal(rounds.contexts[0], rounds.contexts[1])
+    norms = np.linalg.norm(np.asarray(shared["pool"][0]), axis=-1)
+    np.testing.assert_allclose(norms, 1.0, rtol=1e-5)
+    assert shared["means"].shape == (3, kwargs["num_candidates"])
+
+
 @pytest.mark.parametrize(
     ("name", "kwargs", "argument"),
     [
@@ -147,6 +168,8 @@ def test_classification_concat_encoding():
         ("russo", dict(num_arms=1), "num_arms"),
         ("russo", dict(dim=0), "dim"),
         ("quadratic", dict(num_arms=30, num_candidates=10), "num_candidates"),
+        ("quadratic", dict(instance_seed=-1), "instance_seed"),
+        ("neural_regression", dict(instance_seed=1.5), "instance_seed"),
         ("russo", dict(noise_std=-1.0), "noise_std"),
         ("logistic", dict(prior_var=0.0), "prior_var"),
         ("iris", dict(encoding="onehot"), "encoding"),

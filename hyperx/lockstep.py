@@ -29,10 +29,33 @@ def lockstep_cond(pred: Array, true_fn: Callable[..., Any], false_fn: Callable[.
     seed of a run) ``true_fn`` runs only on the calls where it is due. The ``where`` touches
     every output of the branches when any member is due, so let them return only what
     ``true_fn`` changes (not, say, a replay buffer that passes through). ``pred`` is a bool
-    scalar per member; both branches return the same structure; every batched value the
-    branches use must be an operand (a closure over a vmapped value is refused). Not differentiable (it is a
-    custom vmap rule).
+    scalar per member; both branches return the same structure. The branches may close over
+    vmapped values (a grid point's hyper-parameter, a seed's key): each is traced once and its
+    closed-over values become explicit operands, which a custom vmap rule needs. Not
+    differentiable (it is a custom vmap rule).
     """
+    true_run, true_consts = _closure_free(true_fn, operands)
+    false_run, false_consts = _closure_free(false_fn, operands)
+    return _branch(pred, lambda tc, fc, *o: true_run(tc, *o),
+                   lambda tc, fc, *o: false_run(fc, *o), true_consts, false_consts, *operands)
+
+
+def _closure_free(fn: Callable[..., Any], operands: tuple[Any, ...]
+                  ) -> tuple[Callable[..., Any], list[Any]]:
+    """``fn`` as ``run(consts, *operands)`` with everything it closes over in ``consts``."""
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*operands)
+    out_tree = jax.tree.structure(out_shape)
+
+    def run(consts: list[Any], *ops: Any) -> Any:
+        flat = jax.core.eval_jaxpr(closed.jaxpr, consts, *jax.tree.leaves(ops))
+        return jax.tree.unflatten(out_tree, flat)
+
+    return run, list(closed.consts)
+
+
+def _branch(pred: Array, true_fn: Callable[..., Any], false_fn: Callable[..., Any],
+            *operands: Any) -> Any:
+    """:func:`lockstep_cond` for branches that close over no vmapped value."""
 
     @custom_vmap
     def branch(pred: Array, operands: tuple[Any, ...]) -> Any:
@@ -50,10 +73,9 @@ def lockstep_cond(pred: Array, true_fn: Callable[..., Any], false_fn: Callable[.
                 return jax.tree.map(lambda a, b: jax.vmap(jnp.where)(p, a, b), on_true(*o),
                                     on_false(*o))
 
-            out = lockstep_cond(jnp.any(pred), some, lambda _, *o: on_false(*o), pred,
-                                *operands)
+            out = _branch(jnp.any(pred), some, lambda _, *o: on_false(*o), pred, *operands)
         else:
-            out = lockstep_cond(pred, on_true, on_false, *operands)
+            out = _branch(pred, on_true, on_false, *operands)
         return out, jax.tree.map(lambda _: True, out)
 
     return branch(pred, operands)

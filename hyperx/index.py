@@ -25,6 +25,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from hyperx import threefry
 from hyperx._validation import check_choice
 
 INDEX_NAMES: tuple[str, ...] = ("gaussian", "sphere", "scaled_sphere", "coordinate", "one_hot",
@@ -38,7 +39,7 @@ def _shape(shape: int | tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _unit_sphere(key: jax.Array, shape: tuple[int, ...], dim: int) -> jax.Array:
-    g = jax.random.normal(key, (*shape, dim), jnp.float32)
+    g = threefry.normal(key, (*shape, dim))
     return g / jnp.maximum(jnp.linalg.norm(g, axis=-1, keepdims=True), _TINY)
 
 
@@ -65,7 +66,7 @@ class IndexDistribution(NamedTuple):
         """Draw indices of shape ``(*shape, dim)`` (float32). Cost O(prod(shape) * dim)."""
         shape, m = _shape(shape), self.dim
         if self.name == "gaussian":
-            return jax.random.normal(key, (*shape, m), jnp.float32)
+            return threefry.normal(key, (*shape, m))
         if self.name == "sphere":
             return _unit_sphere(key, shape, m)
         if self.name == "scaled_sphere":

@@ -94,7 +94,37 @@ def _apply_index(t: Array, xi: Array) -> Array:
         return jnp.einsum("bom,m->bo", t, xi)
     if xi.ndim == 2:
         return jnp.einsum("bom,km->bko", t, xi)
+    return _per_input_index(t, xi)
+
+
+@jax.custom_vjp
+def _per_input_index(t: Array, xi: Array) -> Array:
+    """``q[b, k, o] = sum_m t[b, o, m] xi[b, k, m]``: K indices per input, (B, O, M) x (B, K, M).
+
+    The forward pass is the einsum (a dot with batch dimension B). Its reverse pass is written
+    as elementwise products reduced over k (and o),
+    ``dt[b, o, m] = sum_k g[b, k, o] xi[b, k, m]`` and ``dxi[b, k, m] = sum_o g[b, k, o]
+    t[b, o, m]``, the same sums autodiff takes, because XLA:CPU runs the transposed batched
+    dot of autodiff (B tiny (O, K) x (K, M) products) several times slower (the
+    ``loss_forward_backward`` piece of benchmarks/deepsea_throughput.py: HyperAgent's DeepSea
+    loss, B = 128, K = 20, M = 4, 64 vmapped seeds). Reverse mode only (``jax.grad``,
+    ``jax.vjp``); a ``jax.custom_vjp`` has no forward-mode derivative.
+    """
     return jnp.einsum("bom,bkm->bko", t, xi)
+
+
+def _per_input_index_fwd(t: Array, xi: Array) -> tuple[Array, tuple[Array, Array]]:
+    return _per_input_index(t, xi), (t, xi)
+
+
+def _per_input_index_bwd(residuals: tuple[Array, Array], g: Array) -> tuple[Array, Array]:
+    t, xi = residuals
+    dt = jnp.sum(g[..., None] * xi[:, :, None, :], axis=1)
+    dxi = jnp.sum(g[..., None] * t[:, None], axis=2)
+    return dt.astype(t.dtype), dxi.astype(xi.dtype)
+
+
+_per_input_index.defvjp(_per_input_index_fwd, _per_input_index_bwd)
 
 
 def _flatten(x: Array) -> Array:
@@ -244,14 +274,27 @@ class IndexedLinear(nn.Module):
         a0 = self.variable(PRIOR, "A0", lambda: _unit_rows(self.make_rng("params"), shape,
                                                            self.prior_std)).value
         a0 = jax.lax.stop_gradient(a0)
-        post = _apply_index(jnp.einsum("bp,opm->bom", feats, a), xi)
+        post_t = jnp.einsum("bp,opm->bom", feats, a)
+        prior_t = jnp.einsum("bp,opm->bom", prior_feats, a0)
         bias = feats @ b.T
-        post = post + (bias if xi.ndim == 1 else bias[:, None, :])
-        prior = _apply_index(jnp.einsum("bp,opm->bom", prior_feats, a0), xi)
+        prior_bias = None
         if reference:
             b0 = self.variable(PRIOR, "b0", lambda: _sphere(self.make_rng("params"), shape[:2],
                                                             self.prior_std)).value
             prior_bias = prior_feats @ jax.lax.stop_gradient(b0).T
+        if xi.ndim == 3:
+            # K indices per input (the training loss): one contraction of the summed
+            # (B, O, M) factors instead of two, s_post <t, xi> + s_prior <t_0, xi> =
+            # <s_post t + s_prior t_0, xi>.
+            out = _apply_index(self.posterior_scale * post_t + self.prior_scale * prior_t, xi)
+            const = self.posterior_scale * bias
+            if prior_bias is not None:
+                const = const + self.prior_scale * prior_bias
+            return out + const[:, None, :]
+        post = _apply_index(post_t, xi)
+        post = post + (bias if xi.ndim == 1 else bias[:, None, :])
+        prior = _apply_index(prior_t, xi)
+        if prior_bias is not None:
             prior = prior + (prior_bias if xi.ndim == 1 else prior_bias[:, None, :])
         return self.posterior_scale * post + self.prior_scale * prior
 

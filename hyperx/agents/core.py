@@ -219,10 +219,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
     index = make_index(config.index, config.index_dim)
     perturbation = make_index("sphere", config.index_dim)
     buffer = make_replay_buffer(config.n_step, config.gamma)
-    optimiser = optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm) if config.max_grad_norm
-        else optax.identity(),
-        optax.adam(config.learning_rate, eps=config.adam_eps))
+    optimiser = make_optimiser(config)
     epsilon = (optax.linear_schedule(config.epsilon_start, config.epsilon_end,
                                      config.epsilon_decay_steps)
                if config.epsilon_decay_steps > 0 else optax.constant_schedule(config.epsilon_end))
@@ -289,6 +286,15 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         return _batched(config, network, num_actions, obs_example, num_envs, replay, capacity,
                         optimiser, epsilon, acting_index, perturbation, q_values, learn)
     return Agent(config, network, init, act, observe, learn, acting_index, eval_act, q_values)
+
+
+def make_optimiser(config: AgentConfig) -> optax.GradientTransformation:
+    """Adam (``learning_rate``, ``adam_eps``) after global-norm clipping at ``max_grad_norm``
+    (none when 0)."""
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm) if config.max_grad_norm
+        else optax.identity(),
+        optax.adam(config.learning_rate, eps=config.adam_eps))
 
 
 def _learned(state: AgentState) -> tuple:

@@ -1,4 +1,4 @@
-"""The README's DeepSea and bandit figures equal the files in benchmarks/results/ (issue 14).
+"""The README's DeepSea, bandit and Atari figures equal the files in benchmarks/results/ (issue 14).
 
 Each expected phrase is formatted here from a results file and must appear in README.md
 (whitespace normalised), so a change that moves a result cannot leave the README stale. DeepSea
@@ -96,7 +96,31 @@ def _deepsea_phrases() -> list[str]:
             f"median {reference['30']} at N = 30 and {reference['40']} at N = 40"]
 
 
-@pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases())
+def _atari_phrases() -> list[str]:
+    summary = _load("atari_throughput.json")["summary"]
+    ha, dqn = summary["hyperagent"], summary["dqn"]
+    rows = [r for r in _load("atari_throughput.json")["rows"]
+            if r["agent"] == "dqn" and r["driver"] == "compiled" and r["envs_per_seed"] == 1]
+    learning = _load("atari_learning.json")
+    last = learning["agents"]["dqn"]["training_last_fifth"]
+    random = learning["random_policy"]
+
+    def interval(x: dict) -> str:
+        return f"{x['mean']:.2f} [{x['ci95'][0]:.2f}, {x['ci95'][1]:.2f}]"
+
+    return [
+        f"hyperagent at {ha['compiled_env_steps_per_s']:.1f} env steps/s and dqn at "
+        f"{dqn['compiled_env_steps_per_s']:.1f}, {ha['ratio_compiled_to_python_loop']:.2f}x and "
+        f"{dqn['ratio_compiled_to_python_loop']:.2f}x a CleanRL-design Python loop",
+        f"({ha['python_loop_env_steps_per_s']:.1f} and {dqn['python_loop_env_steps_per_s']:.1f})",
+        f"at {ha['fraction_of_update_bound']:.2f} and {dqn['fraction_of_update_bound']:.2f} of "
+        f"the limit", f"({ha['update_s'] * 1e3:.1f} and {dqn['update_s'] * 1e3:.1f} ms per step)",
+        "dqn " + ", ".join(f"{r['env_steps_per_s']:.1f}" for r in rows) + " env steps/s",
+        f"training score {interval(last)} against random play's {interval(random)}",
+    ]
+
+
+@pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases())
 def test_readme_states_the_result_file(phrase):
     assert " ".join(phrase.split()) in _readme(), f"README.md does not say: {phrase!r}"
 

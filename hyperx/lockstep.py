@@ -9,6 +9,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import Array
 from jax.custom_batching import custom_vmap
 
 __all__ = ["lockstep_cond"]

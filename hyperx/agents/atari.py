@@ -27,9 +27,11 @@ first stored observation of each stream is flagged as a game start).
 from __future__ import annotations
 
 import functools
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -37,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from hyperx._rundir import write_atomic
 from hyperx._validation import (
     check_memory,
     check_positive,
@@ -52,6 +55,8 @@ from hyperx.experiment import run_scan, shard_leading_axis
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
 MAX_EVAL_STEPS = 27_000
+GAMES_FILE = "training_games.json"
+"""The finished training games so far, kept beside the checkpoints (:func:`saved_games`)."""
 """How each backend fills the stack right after a reset (see :mod:`hyperx.envs.atari`)."""
 
 
@@ -112,11 +117,12 @@ class AtariProgram(NamedTuple):
 class AtariResult(NamedTuple):
     """Outcome of :func:`train_atari`.
 
-    episodes: list of dicts (seed, env_step, return, length) of finished training games
-    (raw scores, whole games); evaluations: list of dicts (seed, env_step, score) of the
-    final-policy protocol; best: per seed {score, env_step} of the best evaluation, and
-    ``best_rerun`` scores where ``best_eval_episodes`` asked; env_steps_per_s: env steps per
-    second summed over seeds (acting + learning, after compiling); compile_time_s;
+    episodes: list of dicts (seed, env, env_step, score, length) of finished training games
+    (raw scores, whole games; from the start of the run, also when it resumed);
+    evaluations: list of dicts (seed, env_step, score) of the final-policy protocol;
+    best: per seed {score, env_step} of the best evaluation, and ``best_rerun`` scores
+    where ``best_eval_episodes`` asked; env_steps_per_s: env steps per second summed over
+    seeds (acting + learning, after compiling); compile_time_s;
     replay_bytes: bytes of one seed's replay; carry: the final :class:`AtariCarry`.
     """
 
@@ -343,7 +349,9 @@ def train_atari(
         presses FIRE can otherwise idle until the cap).
       host_loop: drive the gymnasium face from Python instead of the compiled XLA step.
       sticky_actions: repeat the previous action with probability 0.25.
-      checkpoint_dir: save the carry after each chunk and resume from the latest intact one.
+      checkpoint_dir: save the carry after each chunk and resume from the latest intact one;
+        the finished training games are saved with it, so a resumed run's ``episodes`` hold
+        the games from the start of the run, not only those since the resume.
       max_chunks: stop after this many chunks in this call.
       on_chunk: called with a dict of the chunk's metrics after each chunk (logging).
       devices: spread the seeds over these devices (``seeds`` a multiple of their number):
@@ -392,6 +400,7 @@ def train_atari(
     if devices is not None:
         carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
     manager = None
+    episodes: list[dict] = []
     if checkpoint_dir is not None:
         from hyperx.agents.checkpoint import CheckpointManager
 
@@ -405,10 +414,10 @@ def train_atari(
             carry = _resumed(restored, first_obs)
             if devices is not None:
                 carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
+            episodes = saved_games(checkpoint_dir, int(carry.t) * envs_per_seed)
     eval_env = make_atari(game, backend=backend, num_envs=seeds * eval_episodes,
                           seed=seed + 10_000, training=False,
                           sticky_actions=sticky_actions) if eval_episodes else None
-    episodes: list[dict] = []
     compile_time = run_time = 0.0
     iterations_run = chunks = 0
     while int(carry.t) < iterations and (max_chunks is None or chunks < max_chunks):
@@ -439,6 +448,7 @@ def train_atari(
             carry = carry._replace(evals=record_evaluation(
                 carry.evals, env_steps, scores, carry.seeds.agent.params))
         if manager is not None:
+            write_atomic(Path(checkpoint_dir) / GAMES_FILE, json.dumps(episodes))
             manager.save(int(carry.t), carry)
         if on_chunk is not None:
             on_chunk(dict(env_steps=env_steps, total=iterations * envs_per_seed,
@@ -470,6 +480,19 @@ def _resumed(carry: AtariCarry, first_obs: np.ndarray) -> AtariCarry:
         obs=jnp.asarray(first_obs).reshape(seeds.obs.shape), first=jnp.ones_like(seeds.first),
         game_return=jnp.zeros_like(seeds.game_return),
         game_length=jnp.zeros_like(seeds.game_length)))
+
+
+def saved_games(checkpoint_dir: str, env_steps: int) -> list[dict]:
+    """The training games a checkpointed run had finished by ``env_steps`` (per seed).
+
+    :func:`train_atari` writes every finished game so far to ``GAMES_FILE`` in its checkpoint
+    directory before each checkpoint, so the list can run ahead of the checkpoint that is
+    restored (a stop between the two writes), never behind it; the games after the restored
+    step are dropped, since the resumed run plays those steps again."""
+    path = Path(checkpoint_dir) / GAMES_FILE
+    if not path.exists():
+        return []
+    return [g for g in json.loads(path.read_text()) if g["env_step"] <= env_steps]
 
 
 def _finished_games(log: StepLog, t0: int, envs_per_seed: int) -> list[dict]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hyperx._argparse import add_run_dir_options, fail, non_negative_int, positive_int
+from hyperx._rundir import prepare_out, write_atomic, write_manifest
 
 DESCRIPTION = ("Train a value-based agent on an Atari game through envpool or ale-py; the "
                "whole loop runs as one compiled scan, evaluated between chunks.")
@@ -93,8 +95,6 @@ def _config(args: argparse.Namespace) -> Any:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run ``hyperx atari`` from parsed arguments; returns the exit status."""
-    from hyperx._rundir import prepare_out, write_manifest
-
     from hyperx.agents.core import updates_per_iteration
 
     _validate(args)
@@ -110,7 +110,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     write_manifest(out, "atari", settings)
     from hyperx.agents.atari import train_atari
 
-    log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps)
+    log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps, resume=args.resume)
     try:
         result = train_atari(
             config, args.game, steps=args.steps, seeds=args.seeds,
@@ -124,6 +124,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         fail(str(err))
     finally:
         log.close()
+    write_games(out, result)
     summary = write_summary(out, result, args)
     write_manifest(out, "atari", settings, complete=True)
     final = summary["final_score_mean"]
@@ -134,21 +135,41 @@ def run_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
+CSV_FIELDS = {"episodes": ("seed", "env", "env_step", "score", "length"),
+              "evaluations": ("seed", "env_step", "score"),
+              "metrics": ("env_step", "seed", "loss", "train_games", "train_score",
+                          "eval_score", "env_steps_per_s")}
+
+
+def write_games(out: Path, result: Any) -> None:
+    """Rewrite ``episodes.csv`` and ``evaluations.csv`` from the finished run's result, which
+    holds every game and evaluation from the start (a resumed run's chunk logs may miss a
+    chunk that finished between its checkpoint and its log line)."""
+    for name, rows in (("episodes", result.episodes), ("evaluations", result.evaluations)):
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=CSV_FIELDS[name], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        write_atomic(out / f"{name}.csv", text.getvalue())
+
+
 class RunLog:
     """Per-chunk logging: CSV rows (episodes, evaluations, metrics), TensorBoard, a bar."""
 
-    def __init__(self, out: Path, seeds: int, *, progress: bool, total: int):
+    def __init__(self, out: Path, seeds: int, *, progress: bool, total: int,
+                 resume: bool = False):
+        """A resumed run (``resume``) appends to the CSVs already in ``out``."""
         self.out, self.seeds = out, seeds
         self._files = {}
         self._writers = {}
-        for name, fields in (("episodes", ("seed", "env", "env_step", "score", "length")),
-                             ("evaluations", ("seed", "env_step", "score")),
-                             ("metrics", ("env_step", "seed", "loss", "train_games",
-                                          "train_score", "eval_score", "env_steps_per_s"))):
-            f = open(out / f"{name}.csv", "w", newline="")  # noqa: SIM115
+        for name, fields in CSV_FIELDS.items():
+            path = out / f"{name}.csv"
+            append = resume and path.exists()
+            f = open(path, "a" if append else "w", newline="")  # noqa: SIM115
             self._files[name] = f
             self._writers[name] = csv.DictWriter(f, fieldnames=fields)
-            self._writers[name].writeheader()
+            if not append:
+                self._writers[name].writeheader()
         try:
             from tensorboardX import SummaryWriter
 

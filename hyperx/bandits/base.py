@@ -11,8 +11,8 @@ and optionally ``update_batch(state, key, contexts (B, d), arms (B,), rewards (B
 learners with a cheaper block update (e.g. Woodbury for linear models). :func:`delayed` turns
 any learner into one that learns every ``B`` rounds (batched / delayed feedback), using
 ``update_batch`` where the learner provides it and ``B`` sequential updates otherwise.
-:func:`hyperx.lockstep.lockstep_cond` is the conditional that learners use for such schedules: unlike
-``lax.cond``, it stays a branch when the learner is vmapped over seeds.
+:func:`hyperx.lockstep.lockstep_cond` is the conditional that learners use for such
+schedules: unlike ``lax.cond``, it stays a branch when the learner is vmapped over seeds.
 """
 
 from __future__ import annotations

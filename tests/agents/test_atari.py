@@ -1,16 +1,19 @@
 """The Atari training loop on real ROMs: compiled vs host loop, every config, resume,
 seeds sharded over devices."""
 
+import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import jax
 import numpy as np
 import pytest
 
 from hyperx.agents import get_config
-from hyperx.agents.atari import train_atari
+from hyperx.agents.atari import GAMES_FILE, saved_games, train_atari
+from hyperx.agents.atari_cli import RunLog, write_games
 from hyperx.agents.config import AGENT_NAMES
 from hyperx.cli import main
 
@@ -62,8 +65,46 @@ def test_resume_restores_the_learner_and_evaluations_bit_for_bit(tmp_path):
     assert leaves_equal(first.carry.seeds.agent, restored.carry.seeds.agent)
     assert leaves_equal(first.carry.seeds.key, restored.carry.seeds.key)
     assert leaves_equal(first.carry.evals, restored.carry.evals)
+    assert (tmp_path / "ckpt" / GAMES_FILE).exists()
+    assert restored.episodes == first.episodes
     # Emulators are not saved: the resumed streams start new games.
     assert np.asarray(restored.carry.seeds.first).all()
+
+
+def test_saved_games_are_those_up_to_the_restored_step(tmp_path):
+    """The games file may run one chunk ahead of the restored checkpoint, never behind."""
+    assert saved_games(str(tmp_path), 100) == []
+    games = [dict(seed=s, env=0, env_step=step, score=float(step), length=7)
+             for step in (40, 80, 120) for s in (0, 1)]
+    (tmp_path / GAMES_FILE).write_text(json.dumps(games))
+    assert saved_games(str(tmp_path), 80) == games[:4]
+    assert saved_games(str(tmp_path), 0) == []
+
+
+def test_resumed_cli_log_appends_and_the_end_rewrites_the_games(tmp_path):
+    def chunk(step):
+        return dict(env_steps=step, episodes=[dict(seed=0, env=0, env_step=step, score=1.0,
+                                                   length=5)],
+                    scores=np.ones((1, 1)), loss=np.zeros(1), steps_per_s=10.0)
+
+    log = RunLog(tmp_path, 1, progress=False, total=20)
+    log(chunk(10))
+    log.close()
+    log = RunLog(tmp_path, 1, progress=False, total=20, resume=True)
+    log(chunk(20))
+    log.close()
+    for name in ("episodes", "evaluations", "metrics"):
+        rows = (tmp_path / f"{name}.csv").read_text().splitlines()
+        assert len(rows) == 3 and rows[0].startswith(("seed", "env_step")), name
+        assert rows[1].split(",")[:3] != rows[2].split(",")[:3], name
+    # A chunk that finished after its checkpoint but before its log line: the result holds it.
+    games = [dict(seed=0, env=0, env_step=s, score=1.0, length=5) for s in (10, 15, 20)]
+    result = SimpleNamespace(episodes=games, evaluations=[dict(seed=0, env_step=20, score=2.0)])
+    write_games(tmp_path, result)
+    rows = (tmp_path / "episodes.csv").read_text().splitlines()
+    assert rows == ["seed,env,env_step,score,length", "0,0,10,1.0,5", "0,0,15,1.0,5",
+                    "0,0,20,1.0,5"]
+    assert (tmp_path / "evaluations.csv").read_text().splitlines()[1:] == ["0,20,2.0"]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -132,7 +173,8 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
 import jax
 import numpy as np
 from hyperx.agents import get_config
-from hyperx.agents.atari import train_atari
+from hyperx.agents.atari import GAMES_FILE, saved_games, train_atari
+from hyperx.agents.atari_cli import RunLog, write_games
 config = get_config("dqn", env="atari", buffer_size=400, learning_starts=64, update_every=2)
 kw = dict(steps=192, seeds=2, envs_per_seed=2, eval_every=96, eval_episodes=1,
           eval_max_steps=40)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from hyperx.bandits.base import BanditSpec, argmax_random_tiebreak, delayed
-from hyperx.lockstep import lockstep_cond
 from hyperx.bandits.baselines import epsilon_greedy, uniform_random
+from hyperx.lockstep import lockstep_cond
 
 SPEC = BanditSpec(num_arms=4, context_dim=3, horizon=10)
 KEY = jax.random.PRNGKey(0)

@@ -103,6 +103,8 @@ def _atari_phrases() -> list[str]:
             if r["agent"] == "dqn" and r["driver"] == "compiled" and r["envs_per_seed"] == 1]
     learning = _load("atari_learning.json")
     last = learning["agents"]["dqn"]["training_last_fifth"]
+    last_ha = learning["agents"]["hyperagent"]["training_last_fifth"]
+    finals = [learning["agents"][a]["final_eval"]["mean"] for a in ("dqn", "hyperagent")]
     random = learning["random_policy"]
 
     def interval(x: dict) -> str:
@@ -116,7 +118,9 @@ def _atari_phrases() -> list[str]:
         f"at {ha['fraction_of_update_bound']:.2f} and {dqn['fraction_of_update_bound']:.2f} of "
         f"the limit", f"({ha['update_s'] * 1e3:.1f} and {dqn['update_s'] * 1e3:.1f} ms per step)",
         "dqn " + ", ".join(f"{r['env_steps_per_s']:.1f}" for r in rows) + " env steps/s",
-        f"training score {interval(last)} against random play's {interval(random)}",
+        f"training score {interval(last)} and hyperagent's {interval(last_ha)} against random "
+        f"play's {interval(random)}",
+        f"greedy final policies scored {finals[0]:.1f} and {finals[1]:.2f}",
     ]
 
 

@@ -9,7 +9,9 @@ the authors' code does:
 * ``neural_classification``: mu(x) = softmax(a random frozen MLP d-50-50-2)_1, Bernoulli reward.
 
 Horizon and seeds. The reference's ``scripts/run_nonlinear.py`` defaults to T = 1000 and its
-``start_synthetic.sh`` runs T = 100,000 with 5 seeds. Here T = 1500 with 20 evaluation seeds
+``start_synthetic.sh`` runs T = 100,000 with 5 seeds. Here T = 1500 on the quadratic and
+classification games and T = 1000 (the reference's default) on the regression game, whose
+preset takes 10 gradient steps a round (:data:`HORIZONS`), with 20 evaluation seeds
 (0..19) and 8 held-out tuning seeds (base seed 1000); T = 100,000 does not fit on 2 CPU cores
 (about 65x the rounds of this run: some 80-100 h with the grids below, see docs/bandits.md).
 
@@ -43,7 +45,7 @@ due (``hyperx.lockstep.lockstep_cond``), so a preset that trains every 10 rounds
 (``neural_classification``) is not charged for training every round. Writes
 ``results/bandit_neural_throughput.json``.
 
-    python benchmarks/bandit_neural.py            # all 24 cells, T = 1500, 20 + 8 seeds
+    python benchmarks/bandit_neural.py            # all 24 cells, T of HORIZONS, 20 + 8 seeds
     python benchmarks/bandit_neural.py --games quadratic --learners neural_ensemble_pp
     python benchmarks/bandit_neural.py --summary  # rebuild the JSON and plot from the cells
     python benchmarks/bandit_neural.py --quick    # smoke test (d = 10, T = 60, 2 + 2 seeds,
@@ -81,6 +83,9 @@ LEARNERS = (*NEURAL_LEARNERS, "uniform")
 TUNE_SEED = 1000
 THROUGHPUT_SEEDS = (1, 16, 64)
 THROUGHPUT_HORIZON = 500
+HORIZONS = {"quadratic": 1500, "neural_regression": 1000, "neural_classification": 1500}
+"""Rounds per game: T = 1000 (the reference's default) where the preset's 10 gradient steps a
+round make T = 1500 too long for 2 cores; ``--horizon`` sets one T for every game."""
 
 _SCALES = ((5.0, 1.0), (1.0, 1.0), (0.3, 0.3), (0.1, 0.1), (0.03, 0.03))
 _PRIORS = (5.0, 1.0, 0.3, 0.1, 0.03)
@@ -210,9 +215,15 @@ def learner_factory(name: str, game: str, config: NeuralConfig) -> Callable[...,
 
 def cell_settings(args: argparse.Namespace, config: NeuralConfig, game: str,
                   name: str) -> dict[str, Any]:
-    return {"game": game, "learner": name, "horizon": args.horizon, "seeds": args.seeds,
+    return {"game": game, "learner": name, "horizon": horizon_of(args, game),
+            "seeds": args.seeds,
             "tune_seeds": args.tune_seeds, "tune_base_seed": TUNE_SEED, "dim": args.dim,
             "config": config._asdict(), "grid": list(grid_of(name, args.quick))}
+
+
+def horizon_of(args: argparse.Namespace, game: str) -> int:
+    """The rounds T of ``game``: ``--horizon`` if given, else :data:`HORIZONS`."""
+    return HORIZONS[game] if args.horizon is None else args.horizon
 
 
 def grid_of(name: str, quick: bool) -> tuple[dict[str, float], ...]:
@@ -241,21 +252,59 @@ def summarise(cells_dir: Path, expected: Callable[[str, str], Mapping[str, Any]]
     order = {g: i for i, g in enumerate(GAMES)}
     results = {g: {n: results[g][n] for n in LEARNERS if n in results[g]}
                for g in sorted(results, key=order.get)}
-    summary = {"meta": meta, "results": results, "skipped": skipped,
+    summary = {"meta": meta, "results": results, "ranking": {g: ranking(r) for g, r in
+                                                             results.items()},
+               "skipped": skipped,
                "missing": [f"{g}__{n}" for g in meta["games"] for n in meta["learners"]
                            if n not in results.get(g, {})]}
     write_json(stem.with_suffix(".json"), summary)
     if results:
         plot(results, stem.with_suffix(".png"))
-    text = table(results)
+    text = table(results) + "\n\n" + ranking_text(summary["ranking"])
+    horizon = meta["horizon"]
+    horizon_text = (", ".join(f"{t} ({g})" for g, t in horizon.items())
+                    if isinstance(horizon, dict) else str(horizon))
     stem.with_suffix(".md").write_text(
-        f"Neural bandits (T = {meta['horizon']}, {meta['seeds']} seeds, d = {meta['dim']}; each "
+        f"Neural bandits (T = {horizon_text}, {meta['seeds']} seeds, d = {meta['dim']}; each "
         f"knob selected on {meta['tune_seeds']} held-out seeds): final cumulative expected "
         "regret, mean +- 95% interval (selected knob).\n\n" + text + "\n")
     print(text)
     print(f"{sum(map(len, results.values()))} cells -> {stem}.json/.png; missing: "
           f"{', '.join(summary['missing']) or 'none'}")
     return summary
+
+
+def ranking(rows: Mapping[str, dict]) -> dict[str, Any]:
+    """Which learner wins a game, and which cannot be told apart from it.
+
+    The best learner is the one with the lowest mean final regret; every other learner gets
+    its difference from the best, paired over the evaluation seeds (seed s is the same problem
+    for every learner), as mean and 95% half-width. A learner whose interval contains 0 is
+    ``tied_with_best``; the others are ``behind_best``.
+    """
+    best = min(rows, key=lambda n: rows[n]["final_mean"])
+    ref = np.asarray(rows[best]["final_per_seed"])
+    diffs = {}
+    for name, row in rows.items():
+        values = np.asarray(row["final_per_seed"])
+        if name == best or values.shape != ref.shape:
+            continue
+        mean, half = interval(values - ref)
+        diffs[name] = {"mean": mean, "ci95": half}
+    tied = [n for n, d in diffs.items() if not d["mean"] - d["ci95"] > 0]
+    return {"best": best, "paired_difference_from_best": diffs, "tied_with_best": tied,
+            "behind_best": [n for n in diffs if n not in tied]}
+
+
+def ranking_text(rankings: Mapping[str, Mapping[str, Any]]) -> str:
+    """One line per game: the best learner and the others' paired differences from it."""
+    lines = []
+    for game, rank in rankings.items():
+        diffs = rank["paired_difference_from_best"]
+        others = ", ".join(f"{n} +{d['mean']:.1f} +- {d['ci95']:.1f}"
+                           for n, d in sorted(diffs.items(), key=lambda kv: kv[1]["mean"]))
+        lines.append(f"- {game}: best {rank['best']}; paired difference from it: {others}")
+    return "\n".join(lines)
 
 
 def table(results: Mapping[str, Mapping[str, dict]]) -> str:
@@ -322,7 +371,8 @@ def check_positive_args(parser: argparse.ArgumentParser, args: argparse.Namespac
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--horizon", type=int, default=None,
-                        help=f"rounds T (default 1500; {THROUGHPUT_HORIZON} with --throughput)")
+                        help=f"rounds T of every game (default: {HORIZONS}; "
+                             f"{THROUGHPUT_HORIZON} with --throughput)")
     parser.add_argument("--seeds", type=int, default=20, help="evaluation seeds")
     parser.add_argument("--tune-seeds", type=int, default=8,
                         help="held-out seeds (base seed 1000) on which each knob is selected")
@@ -349,12 +399,13 @@ def main() -> None:
         parser.error(f"--throughput-seeds: expected positive integers, got "
                      f"{args.throughput_seeds}")
     config = NeuralConfig(learning_rate=args.learning_rate)
-    if args.horizon is None:
-        args.horizon = THROUGHPUT_HORIZON if args.throughput else 1500
+    if args.horizon is None and args.throughput:
+        args.horizon = THROUGHPUT_HORIZON
     if args.quick:
         args.horizon, args.seeds, args.dim, args.tune_seeds = 60, 2, 10, 2
         config = config._replace(hidden=(16, 16), batch_size=16, learning_starts=16)
-    meta = {"horizon": args.horizon, "dim": args.dim, "num_arms": 50, "num_candidates": 1000,
+    meta = {"horizon": args.horizon if args.horizon is not None else dict(HORIZONS),
+            "dim": args.dim, "num_arms": 50, "num_candidates": 1000,
             "config": config._asdict(), "jax": jax.__version__, "platform": platform.platform(),
             "devices": [str(d) for d in jax.devices()]}
     args.out.mkdir(parents=True, exist_ok=True)
@@ -380,7 +431,8 @@ def main() -> None:
             for name in args.learners:
                 run_cell(cell_path(cells_dir, game, name), cell_settings(args, config, game, name),
                          env, learner_factory(name, game, config), grid_of(name, args.quick),
-                         horizon=args.horizon, seeds=args.seeds, tune_seeds=args.tune_seeds,
+                         horizon=horizon_of(args, game), seeds=args.seeds,
+                         tune_seeds=args.tune_seeds,
                          label=f"{game} {name}", overwrite=args.overwrite)
     meta.update(seeds=args.seeds, tune_seeds=args.tune_seeds, tune_base_seed=TUNE_SEED,
                 games=list(GAMES), learners=list(LEARNERS),

@@ -22,7 +22,10 @@ Variants (the knobs of :func:`hyperx.bandits.neural.neural_ensemble_pp` and
 * ``shared_instance``: G and the candidate pool drawn once (``instance_seed=2024``) and shared
   by all seeds, as the reference draws them once for all its runs (seeds then differ only in the
   offered arms, the rewards' noise and the learner); NOT paired with ``ours``;
-* ``reference``: all five switches together (also not paired).
+* ``reference``: all five switches together (also not paired);
+* ``index_dim=16``, ``index_dim=32``: not a difference (the reference also uses M = 8) but a
+  diagnostic: the linear results need M = Theta(d log T) (docs/bandits.md), and the neural
+  factor's index spans a 64-wide feature, while Ensemble+ has 8 whole networks.
 
 Not ablated, with the reason (docs/bandits.md): the regulariser's |D| is capped at 10^4 in the
 reference and not here, identical for T <= 10^4; argmax ties are broken at random in both; the
@@ -37,7 +40,7 @@ final cumulative expected regret +- its normal 95% interval, and the difference 
 at the same scales: paired over seeds where the game instances are the same, else the
 difference of means with both intervals combined) are rebuilt from the cells present.
 
-    python benchmarks/bandit_neural_ablation.py             # 14 cells, T = 1500, 20 seeds
+    python benchmarks/bandit_neural_ablation.py             # 18 cells, T = 1500, 20 seeds
     python benchmarks/bandit_neural_ablation.py --variants ours factor_bias=False
     python benchmarks/bandit_neural_ablation.py --summary   # rebuild the table only
     python benchmarks/bandit_neural_ablation.py --quick     # smoke test (d = 10, T = 60, 2 seeds,
@@ -80,6 +83,9 @@ VARIANTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "factor_bias=False": (dict(factor_bias=False), {}),
     "shared_instance": ({}, dict(instance_seed=INSTANCE_SEED)),
     "reference": (REFERENCE, dict(instance_seed=INSTANCE_SEED)),
+    # diagnostics beyond the reference (which also uses M = 8): a larger index
+    "index_dim=16": (dict(index_dim=16), {}),
+    "index_dim=32": (dict(index_dim=32), {}),
 }
 SCALES = ((5.0, 1.0), (0.1, 0.1))
 """(prior, posterior) scales: the reference's quadratic preset and its default."""

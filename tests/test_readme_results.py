@@ -58,14 +58,20 @@ def _bandit_phrases() -> list[str]:
                        + _smallest_m_phrase(size["smallest_m_within_10pct"][key]))
 
     neural = _load("bandit_neural.json")
-    quad = neural["results"]["quadratic"]
-    phrases.append(f"({quad['neural_ensemble_pp']['final_mean']:.0f} vs "
-                   f"{quad['uniform']['final_mean']:.0f})")
-    for name in ("neural_ensemble_pp_selected", "neural_epsilon_greedy", "neural_ensemble_plus",
-                 "neural_epinet"):
-        phrases.append(f"{quad[name]['final_mean']:.0f} +- {quad[name]['final_ci95']:.0f}")
-    selected = neural["prior_scale_selection"]["quadratic"]["selected"]["prior_scale"]
-    phrases.append(f"with the scale selected on held-out seeds ({selected:g})")
+    for game, rank in neural["ranking"].items():
+        rows, best = neural["results"][game], rank["best"]
+        horizon = neural["meta"]["horizon"][game]
+        ours = rank["paired_difference_from_best"]["neural_ensemble_pp"]
+        phrases.append(f"on `{game}` (T = {horizon}) the best is `{best}` at "
+                       f"{rows[best]['final_mean']:.1f} +- {rows[best]['final_ci95']:.1f} and "
+                       f"neural Ensemble++ is {ours['mean']:.1f} +- {ours['ci95']:.1f} behind it")
+    uniform = neural["results"]["neural_classification"]["uniform"]["final_mean"]
+    phrases.append(f"uniform play at {uniform:.1f}")
+    speed = _load("bandit_neural_throughput.json")["results"]["quadratic"]
+    pp, plus = speed["neural_ensemble_pp"], speed["neural_ensemble_plus"]
+    ratios = [pp[s]["seed_rounds_per_s"] / plus[s]["seed_rounds_per_s"] for s in pp]
+    phrases.append(f"it runs {min(ratios):.1f}-{max(ratios):.1f}x the seed-rounds per second of "
+                   "Ensemble+")
 
     rows = _load("bandit_throughput.json")["rows"]
 

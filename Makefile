@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml requirements.lock
 demo: $(STAMP)
 	$(VENV)/bin/hyperx demo
 
+# Two workers (pytest-xdist): the suite is mostly XLA compiles, which use one core each.
 test: $(STAMP)
-	$(PY) -m pytest --durations=15 -q
+	$(PY) -m pytest -n 2 --durations=15 -q
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow --durations=15 -q

@@ -54,10 +54,10 @@ from hyperx.experiment import run_scan, shard_leading_axis
 
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
+"""How each backend fills the stack right after a reset (see :mod:`hyperx.envs.atari`)."""
 MAX_EVAL_STEPS = 27_000
 GAMES_FILE = "training_games.json"
 """The finished training games so far, kept beside the checkpoints (:func:`saved_games`)."""
-"""How each backend fills the stack right after a reset (see :mod:`hyperx.envs.atari`)."""
 
 
 class SeedCarry(NamedTuple):

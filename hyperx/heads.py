@@ -42,6 +42,15 @@ Variables = dict[str, Any]
 PRIOR = "prior"
 PRIOR_TORSO_MODES = ("copy", "independent", "shared")
 INIT_SCHEMES = ("default", "reference")
+BIAS_INITS = ("auto", "xavier")
+"""How :class:`IndexedLinear` initialises the generated layer's mean ``b`` (and a frozen prior
+bias ``b_0``): ``"auto"`` follows ``init_scheme`` (``b = 0`` and no ``b_0`` by default; sphere
+draws for ``"reference"``); ``"xavier"``: ``b`` and a frozen ``b_0`` each Xavier-normal on the
+(O, P) matrix, std ``sqrt(2 / (O + P))``, not scaled by ``prior_std`` (the HyperAgent reference's
+Atari script, ``--bias-init xavier-uniform``, whose ``"xavier"`` branch draws
+``xavier_normal_``).
+"""
+FEATURE_NORMS = ("none", "minmax")
 """Initialisation schemes of :class:`HypermodelHead` and the MLP torsos.
 
 * ``"default"``: flax's LeCun-normal dense kernels, zero biases; the generated layer ``A`` with
@@ -77,6 +86,12 @@ def _sphere(key: Array, shape: Sequence[int], radius: float) -> Array:
     """A uniform draw on the sphere of ``radius`` in R^{prod(shape)}, reshaped to ``shape``."""
     w = jax.random.normal(key, shape, jnp.float32)
     return radius * w / jnp.linalg.norm(w)
+
+
+def unit_index(xi: Array) -> Array:
+    """``xi / ||xi||`` over the last axis (an all-zero index stays zero)."""
+    norm = jnp.linalg.norm(xi, axis=-1, keepdims=True)
+    return xi / jnp.where(norm > 0, norm, 1.0)
 
 
 def _check_index(xi: Array, index_dim: int, batch: int) -> None:
@@ -191,12 +206,13 @@ class PatchConv(nn.Module):
     features: int
     kernel: int
     stride: int
+    kernel_init: Callable = nn.initializers.lecun_normal()
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         k, s = self.kernel, self.stride
         channels = x.shape[-1]
-        kernel = self.param("kernel", nn.initializers.lecun_normal(),
+        kernel = self.param("kernel", self.kernel_init,
                             (k, k, channels, self.features), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
         out_h, out_w = (x.shape[1] - k) // s + 1, (x.shape[2] - k) // s + 1
@@ -210,25 +226,49 @@ class NatureCNN(nn.Module):
     """The DQN torso (Mnih et al., Nature 2015): frames (B, 84, 84, 4) -> (B, ``hidden``).
 
     Conv 32x8x8 stride 4, 64x4x4 stride 2, 64x3x3 stride 1 (ReLU, VALID; :class:`PatchConv`),
-    Linear 3136 -> ``hidden``, ReLU: 512 units in the Nature DQN, 256 in HyperAgent's variant
-    (Li et al., ICML 2024). ``channels_first`` reads stacks (B, 4, 84, 84) as envpool and
-    ale-py return them. Inputs are cast to float32 and multiplied by ``input_scale`` (1/255
-    for uint8 frames).
+    flatten (3136), Linear 3136 -> ``hidden``, ReLU: 512 units in the Nature DQN, 256 in
+    HyperAgent's variant (Li et al., ICML 2024). ``channels_first`` reads stacks (B, 4, 84, 84)
+    as envpool and ale-py return them. Inputs are cast to float32 and multiplied by
+    ``input_scale`` (1/255 for uint8 frames; the HyperAgent reference feeds raw 0-255 values,
+    ``input_scale=1``).
+
+    ``feature_norm="minmax"`` rescales each row of the flattened conv features to [0, 1],
+    ``(h - min_j h_j) / (max_j h_j - min_j h_j + 1e-8)`` (the HyperAgent reference's
+    ``MinMaxNormalization``, before the linear layer); it makes the torso invariant to the
+    input's scale at initialisation. ``init_scheme="reference"``: every kernel Xavier-normal,
+    as the reference's ``--base-init xavier_normal``; ``"default"``: LeCun-normal.
     """
 
     input_scale: float = 1.0 / 255.0
     hidden: int = 256
     channels_first: bool = False
+    feature_norm: str = "none"
+    init_scheme: str = "default"
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
         check_rank("x", x, 4)
+        check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
+        init = _dense_init(self.init_scheme)
         h = x.astype(jnp.float32) * self.input_scale
         if self.channels_first:
             h = jnp.transpose(h, (0, 2, 3, 1))
         for i, (features, kernel, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
-            h = nn.relu(PatchConv(features, kernel, stride, name=f"Conv_{i}")(h))
-        return nn.relu(nn.Dense(self.hidden)(_flatten(h)))
+            h = nn.relu(PatchConv(features, kernel, stride, kernel_init=init,
+                                  name=f"Conv_{i}")(h))
+        h = _flatten(h)
+        if self.feature_norm == "minmax":
+            h = minmax_rows(h)
+        return nn.relu(nn.Dense(self.hidden, kernel_init=init)(h))
+
+
+def minmax_rows(h: Array, eps: float = 1e-8) -> Array:
+    """Each row of ``h`` (B, F) mapped affinely onto [0, 1]:
+    ``(h - min_j h_j) / (max_j h_j - min_j h_j + eps)``; a constant row maps to 0."""
+    check_rank("h", h, 2)
+    low = jnp.min(h, axis=-1, keepdims=True)
+    high = jnp.max(h, axis=-1, keepdims=True)
+    return (h - low) / (high - low + eps)
 
 
 class IndexedLinear(nn.Module):
@@ -242,6 +282,7 @@ class IndexedLinear(nn.Module):
     multiplying the constant ``bias_coef`` (0.01 in Li et al., ICLR 2022).
     ``init_scheme="reference"`` (see :data:`INIT_SCHEMES`): ``A`` Xavier-normal, ``b`` and a frozen
     ``b_0`` (in ``"prior"``) on the sphere of radius ``prior_std`` in R^{O P}.
+    ``bias_init="xavier"`` (:data:`BIAS_INITS`): ``b`` and a frozen ``b_0`` Xavier-normal.
     """
 
     num_outputs: int
@@ -251,9 +292,11 @@ class IndexedLinear(nn.Module):
     posterior_scale: float = 1.0
     bias_coef: float | None = None
     init_scheme: str = "default"
+    bias_init: str = "auto"
 
     @nn.compact
     def __call__(self, feats: Array, prior_feats: Array, xi: Array) -> Array:
+        check_choice("bias_init", self.bias_init, BIAS_INITS)
         if self.bias_coef is not None:
             const = jnp.full(feats.shape[:-1] + (1,), self.bias_coef, jnp.float32)
             feats = jnp.concatenate([feats, const], axis=-1)
@@ -269,6 +312,9 @@ class IndexedLinear(nn.Module):
             init_a = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal",
                                                       in_axis=-1, out_axis=-2, batch_axis=(0,))
             init_b = nn.initializers.zeros_init()
+        if self.bias_init == "xavier":
+            init_b = _xavier_normal()
+        frozen_bias = reference or self.bias_init == "xavier"
         a = self.param("A", init_a, shape)
         b = self.param("b", init_b, shape[:2])
         a0 = self.variable(PRIOR, "A0", lambda: _unit_rows(self.make_rng("params"), shape,
@@ -278,9 +324,9 @@ class IndexedLinear(nn.Module):
         prior_t = jnp.einsum("bp,opm->bom", prior_feats, a0)
         bias = feats @ b.T
         prior_bias = None
-        if reference:
-            b0 = self.variable(PRIOR, "b0", lambda: _sphere(self.make_rng("params"), shape[:2],
-                                                            self.prior_std)).value
+        if frozen_bias:
+            b0 = self.variable(PRIOR, "b0", lambda: init_b(self.make_rng("params"),
+                                                           shape[:2])).value
             prior_bias = prior_feats @ jax.lax.stop_gradient(b0).T
         if xi.ndim == 3:
             # K indices per input (the training loss): one contraction of the summed
@@ -312,7 +358,11 @@ class HypermodelHead(nn.Module):
     * ``"shared"``: ``sg(phi_theta(s))`` (no second torso, as the Ensemble++ head).
 
     ``init_scheme`` picks the generated layer's initialisation (:data:`INIT_SCHEMES`; the torso has
-    its own ``init_scheme``); ``"reference"`` adds the frozen prior bias ``b_0``.
+    its own ``init_scheme``); ``"reference"`` adds the frozen prior bias ``b_0``, as does
+    ``bias_init="xavier"`` (:data:`BIAS_INITS`). ``normalise_index``: the head reads
+    ``xi / ||xi||`` (:func:`unit_index`), so a Gaussian index acts as a uniform one on the
+    sphere while the caller keeps the raw draw (the HyperAgent reference's ``noise_norm=1``:
+    its perturbation term uses the raw Gaussian index, the network the normalised one).
 
     Outputs: ``(B, num_outputs)`` for ``xi`` (M,), ``(B, K, num_outputs)`` for (K, M) or (B, K, M).
     """
@@ -326,12 +376,16 @@ class HypermodelHead(nn.Module):
     posterior_scale: float = 1.0
     bias_coef: float | None = None
     init_scheme: str = "default"
+    bias_init: str = "auto"
+    normalise_index: bool = False
 
     @nn.compact
     def __call__(self, x: Array, xi: Array) -> Array:
         check_choice("prior_torso", self.prior_torso, PRIOR_TORSO_MODES)
         check_rank("x", x, tuple(range(1, 8)))
         _check_index(xi, self.index_dim, x.shape[0])
+        if self.normalise_index:
+            xi = unit_index(xi)
         if self.torso is None:
             check_rank("x", x, 2)
             check_floating("x", x)
@@ -340,8 +394,8 @@ class HypermodelHead(nn.Module):
             feats = self.torso(x)
             prior_feats = self._prior_features(x)
         return IndexedLinear(self.num_outputs, self.index_dim, self.prior_std, self.prior_scale,
-                             self.posterior_scale, self.bias_coef, self.init_scheme, name="hyper")(
-                                 feats, prior_feats, xi)
+                             self.posterior_scale, self.bias_coef, self.init_scheme,
+                             self.bias_init, name="hyper")(feats, prior_feats, xi)
 
     def _prior_features(self, x: Array) -> Array:
         if self.prior_torso == "shared":

@@ -32,7 +32,9 @@ from hyperx._validation import (
 Array = jax.Array
 
 
-def _masked_mean(per_sample: Array, mask: Array | None) -> Array:
+def masked_mean(per_sample: Array, mask: Array | None) -> Array:
+    """``sum_b mask_b x_b / max(sum_b mask_b, 1)`` over the leading axis (a fully masked
+    batch gives 0, not NaN); ``mask=None`` is the plain mean."""
     if mask is None:
         mask = jnp.ones(per_sample.shape[:1], jnp.float32)
     mask = mask.astype(jnp.float32)
@@ -112,7 +114,7 @@ def perturbed_regression_loss(
     _check_mask(mask, batch)
     noise = _perturbation(xi, z, sigma, batch, num_indices)
     err = targets[:, None] + noise - predictions
-    loss = _masked_mean(jnp.mean(jnp.square(err), axis=1), mask)
+    loss = masked_mean(jnp.mean(jnp.square(err), axis=1), mask)
     if params is not None and weight_decay > 0:
         sq = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
         loss = loss + weight_decay / _num_data(num_data) * sq
@@ -239,7 +241,7 @@ def perturbed_value_loss(
     q_taken = jnp.take_along_axis(q, actions[:, None, None], axis=-1)[..., 0]
     noise = _perturbation(xi, z, sigma, batch, num_indices)
     err = jax.lax.stop_gradient(targets) + noise - q_taken
-    loss = _masked_mean(jnp.mean(jnp.square(err), axis=1), mask)
+    loss = masked_mean(jnp.mean(jnp.square(err), axis=1), mask)
     if reg_sq_norm is None:
         if beta > 0 or l2 > 0:
             raise ValueError("reg_sq_norm: required when beta > 0 or l2 > 0")

@@ -69,6 +69,6 @@ def test_the_deepsea_hyperagent_config_is_the_reference_one():
     assert (c.init_scheme, c.prior_torso, c.adam_eps, c.max_grad_norm) == (
         "reference", "independent", 1.5e-4, 10.0)
     assert get_config("hyperfqi").init_scheme == "default"
-    assert get_config("hyperagent", env="atari").init_scheme == "default"
+    assert get_config("hyperfqi", env="atari").init_scheme == "default"
     with pytest.raises(ValueError, match="init_scheme"):
         get_config("hyperagent", init_scheme="xavier")

@@ -43,6 +43,7 @@ from hyperx._rundir import write_atomic
 from hyperx._validation import (
     check_memory,
     check_positive,
+    check_range,
     device_memory_bytes,
     format_bytes,
 )
@@ -273,16 +274,21 @@ def host_steps(program: AtariProgram, env: AtariEnv, seeds: SeedCarry, num_steps
 
 
 def evaluate(program: AtariProgram, params: Any, prior: Any, env: AtariEnv, key: Array,
-             episodes: int, seed: int, max_steps: int = MAX_EVAL_STEPS) -> np.ndarray:
-    """Greedy scores (S, episodes): one game per environment of ``env`` (S x episodes games,
-    evaluation mode), a fresh index per game, stopped at game over, the frame cap or
-    ``max_steps`` agent steps (27,000 = the 108,000-frame cap)."""
+             episodes: int, seed: int, max_steps: int = MAX_EVAL_STEPS,
+             epsilon: float | None = None) -> np.ndarray:
+    """Evaluation scores (S, episodes): one game per environment of ``env`` (S x episodes
+    games, evaluation mode), a fresh index per game, greedy on it, with probability
+    ``epsilon`` a uniformly random action instead (default: the config's ``eval_epsilon``),
+    stopped at game over, the frame cap or ``max_steps`` agent steps (27,000 = the
+    108,000-frame cap)."""
+    epsilon = program.agent.config.eval_epsilon if epsilon is None else epsilon
+    check_range("epsilon", epsilon, 0.0, 1.0)
     s = program.num_seeds
     obs, _ = env.reset(seed=seed)
     k_index, key = jax.random.split(key)
     index = jax.vmap(jax.vmap(program.agent.eval_index))(
         jax.random.split(k_index, s * episodes).reshape(s, episodes, -1))
-    act = _eval_act(program.agent)
+    act = _eval_act(program.agent, float(epsilon))
     scores = np.zeros((s, episodes))
     done = np.zeros((s, episodes), bool)
     for _ in range(max_steps):
@@ -299,14 +305,28 @@ def evaluate(program: AtariProgram, params: Any, prior: Any, env: AtariEnv, key:
 
 
 @functools.lru_cache(maxsize=8)
-def _eval_act(agent: Agent) -> Callable:
+def _eval_act(agent: Agent, epsilon: float) -> Callable:
     from hyperx.agents.core import greedy_action
 
     def act(params: Any, prior: Any, obs: Array, index: Array, key: Array) -> Array:
         q = agent.q_values(params, prior, obs, index)
-        return jax.vmap(greedy_action)(jax.random.split(key, obs.shape[0]), q)
+        if epsilon == 0.0:
+            return jax.vmap(greedy_action)(jax.random.split(key, obs.shape[0]), q)
+        k_greedy, k_explore, k_random = jax.random.split(key, 3)
+        greedy = jax.vmap(greedy_action)(jax.random.split(k_greedy, obs.shape[0]), q)
+        explore = jax.random.uniform(k_explore, greedy.shape) < epsilon
+        return jnp.where(explore, jax.random.randint(k_random, greedy.shape, 0, q.shape[-1],
+                                                     jnp.int32), greedy)
 
     return jax.jit(jax.vmap(act))
+
+
+def eval_protocol(config: AgentConfig) -> str:
+    """How :func:`evaluate` picks actions for ``config``, in words (stored with every score)."""
+    index = "" if config.index_dim == 1 else "a fresh index per game, "
+    if config.eval_epsilon == 0.0:
+        return f"{index}greedy"
+    return f"{index}epsilon-greedy (epsilon {config.eval_epsilon:g})"
 
 
 def record_evaluation(evals: Evaluations, step: int, scores: np.ndarray,
@@ -326,7 +346,8 @@ def train_atari(
     config: AgentConfig, game: str, *, steps: int, seeds: int = 1, envs_per_seed: int = 1,
     backend: str = "envpool", seed: int = 0, eval_every: int | None = None,
     eval_episodes: int = 10, best_eval_episodes: int = 0,
-    eval_max_steps: int = MAX_EVAL_STEPS, host_loop: bool = False,
+    eval_max_steps: int = MAX_EVAL_STEPS, eval_at_start: bool = False,
+    chunk_steps: int | None = None, host_loop: bool = False,
     sticky_actions: bool = False, checkpoint_dir: str | None = None,
     max_chunks: int | None = None, on_chunk: Callable[[dict], None] | None = None,
     devices: Sequence[Any] | None = None,
@@ -341,19 +362,27 @@ def train_atari(
       seeds, envs_per_seed: one pool of ``seeds x envs_per_seed`` games, agents vmapped.
       backend: ``"envpool"`` or ``"ale"``.
       seed: base seed (agents: ``fold_in(PRNGKey(seed), s)``; games: seeded from ``seed``).
-      eval_every: env steps per seed between evaluations, which are also the chunk size
-        (default: 10 evaluations per run); eval_episodes: greedy games per seed and
-        evaluation (0: none); best_eval_episodes: re-evaluate each seed's best parameters on
-        this many games at the end (HyperAgent's protocol: 200); eval_max_steps: agent
-        steps per evaluation game (27,000, the 108,000-frame cap; a greedy policy that never
-        presses FIRE can otherwise idle until the cap).
+      eval_every: env steps per seed between evaluations (default: 10 evaluations per run;
+        the last one at the end of the run); eval_episodes: games per seed and evaluation
+        (0: none), played as :func:`evaluate` does (greedy on a fresh index per game, or
+        epsilon-greedy with the config's ``eval_epsilon``); best_eval_episodes: re-evaluate
+        each seed's best parameters on this many games at the end (HyperAgent's protocol:
+        200); eval_max_steps: agent steps per evaluation game (27,000, the 108,000-frame cap;
+        a greedy policy that never presses FIRE can otherwise idle until the cap);
+        eval_at_start: also evaluate the untrained network (step 0, as the HyperAgent
+        reference does).
+      chunk_steps: env steps per seed per compiled chunk, checkpoint and ``on_chunk`` call
+        (default ``eval_every``; ``eval_every`` must be a multiple of it).
       host_loop: drive the gymnasium face from Python instead of the compiled XLA step.
       sticky_actions: repeat the previous action with probability 0.25.
       checkpoint_dir: save the carry after each chunk and resume from the latest intact one;
         the finished training games are saved with it, so a resumed run's ``episodes`` hold
         the games from the start of the run, not only those since the resume.
       max_chunks: stop after this many chunks in this call.
-      on_chunk: called with a dict of the chunk's metrics after each chunk (logging).
+      on_chunk: called with a dict of the chunk's metrics after each chunk (logging):
+        env_steps, total, episodes (the chunk's finished games), scores (this chunk's
+        evaluation, (S, eval_episodes), or None), loss, steps_per_s, evaluations (every
+        evaluation so far as rows, as in the result).
       devices: spread the seeds over these devices (``seeds`` a multiple of their number):
         each device runs its block of seeds against its own pool of games in one
         ``shard_map`` (:func:`sharded_step`); default: everything on the default device.
@@ -365,8 +394,13 @@ def train_atari(
     check_positive("best_eval_episodes", best_eval_episodes, allow_zero=True)
     check_positive("eval_max_steps", eval_max_steps)
     iterations = math.ceil(steps / envs_per_seed)
-    every = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
-    check_positive("eval_every", every)
+    eval_iters = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
+    check_positive("eval_every", eval_iters)
+    every = eval_iters if chunk_steps is None else math.ceil(chunk_steps / envs_per_seed)
+    check_positive("chunk_steps", every)
+    if eval_iters % every:
+        raise ValueError(f"chunk_steps: expected a divisor of eval_every = "
+                         f"{eval_iters * envs_per_seed} env steps, got {chunk_steps}")
     check_replay_memory(config, seeds, iterations * envs_per_seed)
     devices = None if devices is None else list(devices)
     num_devices = 1 if devices is None else len(devices)
@@ -382,7 +416,7 @@ def train_atari(
     env = envs[0]
     program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
                            PAD[backend])
-    num_chunks = math.ceil(iterations / every)
+    num_evals = math.ceil(iterations / eval_iters) + int(eval_at_start)
     step_fn = None
     if host_loop:
         env_carry = None
@@ -396,7 +430,7 @@ def train_atari(
                              iterations, PAD[backend])
         env_carry, step_fn = sharded_step(local, [e.xla() for e in envs], devices)
         first_obs = np.concatenate([e.first_obs for e in envs])
-    carry = initial_carry(program, first_obs, seed, num_chunks)
+    carry = initial_carry(program, first_obs, seed, num_evals)
     if devices is not None:
         carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
     manager = None
@@ -407,8 +441,10 @@ def train_atari(
         manager = CheckpointManager(checkpoint_dir, {
             "agent": config.name, "config": repr(config), "game": game, "steps": steps,
             "seeds": seeds, "envs_per_seed": envs_per_seed, "backend": backend, "seed": seed,
-            "eval_every": every, "eval_episodes": eval_episodes,
-            "sticky_actions": sticky_actions})
+            "eval_every": eval_iters, "eval_episodes": eval_episodes,
+            "sticky_actions": sticky_actions,
+            **({"chunk": every} if every != eval_iters else {}),
+            **({"eval_at_start": True} if eval_at_start else {})})
         restored = manager.restore_latest(carry)
         if restored is not carry:
             carry = _resumed(restored, first_obs)
@@ -420,6 +456,18 @@ def train_atari(
                           sticky_actions=sticky_actions) if eval_episodes else None
     compile_time = run_time = 0.0
     iterations_run = chunks = 0
+
+    def evaluate_now(carry: AtariCarry) -> tuple[AtariCarry, np.ndarray]:
+        key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), int(carry.evals.count))
+        scores = evaluate(program, carry.seeds.agent.params, carry.seeds.agent.prior,
+                          eval_env, key, eval_episodes, seed + 10_000 + int(carry.t),
+                          eval_max_steps)
+        return carry._replace(evals=record_evaluation(
+            carry.evals, int(carry.t) * envs_per_seed, scores,
+            carry.seeds.agent.params)), scores
+
+    if eval_at_start and eval_episodes and int(carry.t) == 0 and int(carry.evals.count) == 0:
+        carry, _ = evaluate_now(carry)
     while int(carry.t) < iterations and (max_chunks is None or chunks < max_chunks):
         length = min(every, iterations - int(carry.t))
         t0 = int(carry.t)
@@ -440,13 +488,8 @@ def train_atari(
         carry = carry._replace(t=jnp.int32(t0 + length), seeds=seeds_carry)
         env_steps = int(carry.t) * envs_per_seed
         scores = None
-        if eval_episodes:
-            key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), int(carry.evals.count))
-            scores = evaluate(program, carry.seeds.agent.params, carry.seeds.agent.prior,
-                              eval_env, key, eval_episodes, seed + 10_000 + int(carry.t),
-                              eval_max_steps)
-            carry = carry._replace(evals=record_evaluation(
-                carry.evals, env_steps, scores, carry.seeds.agent.params))
+        if eval_episodes and (int(carry.t) % eval_iters == 0 or int(carry.t) >= iterations):
+            carry, scores = evaluate_now(carry)
         if manager is not None:
             write_atomic(Path(checkpoint_dir) / GAMES_FILE, json.dumps(episodes))
             manager.save(int(carry.t), carry)
@@ -454,14 +497,13 @@ def train_atari(
             on_chunk(dict(env_steps=env_steps, total=iterations * envs_per_seed,
                           episodes=new_episodes, scores=scores,
                           loss=np.asarray(log.loss[-1]),
+                          evaluations=_evaluation_rows(carry.evals, seeds),
                           steps_per_s=length * seeds * envs_per_seed / max(chunk_time, 1e-9)))
     if manager is not None:
         manager.close()
     best = _best(program, carry, best_eval_episodes, seed, eval_max_steps,
                  dict(game=game, backend=backend, sticky_actions=sticky_actions))
-    evaluations = [dict(seed=s, env_step=int(carry.evals.steps[i]),
-                        score=float(carry.evals.scores[i, s]))
-                   for i in range(int(carry.evals.count)) for s in range(seeds)]
+    evaluations = _evaluation_rows(carry.evals, seeds)
     for e in [*envs, eval_env]:
         if e is not None:
             e.close()
@@ -470,6 +512,13 @@ def train_atari(
                        iterations_run * seeds * envs_per_seed / run_time if run_time else 0.0,
                        compile_time, replay_bytes(replay),
                        min(int(carry.t), iterations) * envs_per_seed, carry)
+
+
+def _evaluation_rows(evals: Evaluations, seeds: int) -> list[dict]:
+    """Every evaluation so far as rows (seed, env_step, mean score)."""
+    steps, scores = np.asarray(evals.steps), np.asarray(evals.scores)
+    return [dict(seed=s, env_step=int(steps[i]), score=float(scores[i, s]))
+            for i in range(int(evals.count)) for s in range(seeds)]
 
 
 def _resumed(carry: AtariCarry, first_obs: np.ndarray) -> AtariCarry:

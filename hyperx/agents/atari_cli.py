@@ -51,6 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="override the config's learning start (env steps)")
     p.add_argument("--buffer-size", type=positive_int, default=None,
                    help="override the config's replay size")
+    p.add_argument("--update-every", type=positive_int, default=None,
+                   help="override the config's env steps per learning step (hyperagent: 1, "
+                        "as its reference; dqn: 4, as Nature DQN)")
+    p.add_argument("--eval-epsilon", type=float, default=None,
+                   help="override the config's evaluation epsilon (hyper agents: 0, greedy on "
+                        "a fresh index per game; dqn: 0.001, Dopamine's Atari-100k)")
+    p.add_argument("--eval-at-start", action="store_true",
+                   help="also evaluate the untrained network (step 0)")
     p.add_argument("--sticky-actions", action="store_true", help="repeat probability 0.25")
     p.add_argument("--host-loop", action="store_true",
                    help="drive the gymnasium API from Python instead of the XLA step")
@@ -86,7 +94,9 @@ def _config(args: argparse.Namespace) -> Any:
     from hyperx.agents.config import get_config
 
     overrides = {k: v for k, v in (("learning_starts", args.learning_starts),
-                                   ("buffer_size", args.buffer_size)) if v is not None}
+                                   ("buffer_size", args.buffer_size),
+                                   ("update_every", args.update_every),
+                                   ("eval_epsilon", args.eval_epsilon)) if v is not None}
     try:
         return get_config(args.agent, env="atari", **overrides)
     except ValueError as err:
@@ -116,7 +126,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             config, args.game, steps=args.steps, seeds=args.seeds,
             envs_per_seed=args.envs_per_seed, backend=args.backend, seed=args.seed,
             eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-            best_eval_episodes=args.best_eval_episodes, host_loop=args.host_loop,
+            best_eval_episodes=args.best_eval_episodes, eval_at_start=args.eval_at_start,
+            host_loop=args.host_loop,
             sticky_actions=args.sticky_actions,
             checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
             on_chunk=log)
@@ -125,7 +136,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     finally:
         log.close()
     write_games(out, result)
-    summary = write_summary(out, result, args)
+    summary = write_summary(out, result, args, config)
     write_manifest(out, "atari", settings, complete=True)
     final = summary["final_score_mean"]
     print(f"{args.agent} on {args.game}, {args.seeds} seed(s) x {args.envs_per_seed} env(s), "
@@ -223,8 +234,10 @@ class RunLog:
             self._bar.close()
 
 
-def write_summary(out: Path, result: Any, args: argparse.Namespace) -> dict:
+def write_summary(out: Path, result: Any, args: argparse.Namespace, config: Any) -> dict:
     """``summary.json`` and ``returns.png`` from the result; returns the summary."""
+    from hyperx.agents.atari import eval_protocol
+
     evaluations = result.evaluations
     last_step = max((e["env_step"] for e in evaluations), default=None)
     final = [e["score"] for e in evaluations if e["env_step"] == last_step]
@@ -234,8 +247,8 @@ def write_summary(out: Path, result: Any, args: argparse.Namespace) -> dict:
         "env_steps_per_seed": result.steps_done,
         "final_score_mean": float(np.mean(final)) if final else None,
         "final_scores": final,
-        "final_protocol": (f"final policy, greedy, {args.eval_episodes} games per seed, no "
-                           "life loss, no clipping, 27,000-step cap"),
+        "final_protocol": (f"final policy, {eval_protocol(config)}, {args.eval_episodes} "
+                           "games per seed, no life loss, no clipping, 27,000-step cap"),
         "best": result.best,
         "training_games": len(result.episodes),
         "env_steps_per_s": result.env_steps_per_s,

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from hyperx._validation import check_choice, check_int, check_positive, check_range
-from hyperx.heads import INIT_SCHEMES
+from hyperx._validation import check_choice, check_flag, check_int, check_positive, check_range
+from hyperx.heads import BIAS_INITS, FEATURE_NORMS, INIT_SCHEMES
 from hyperx.index import INDEX_NAMES
 
 HEADS = ("hypermodel", "epinet")
@@ -74,6 +74,10 @@ class AgentConfig:
     bias_coef: float | None = None
     prior_torso: str = "copy"
     init_scheme: str = "default"
+    bias_init: str = "auto"
+    normalise_index: bool = False
+    input_scale: float = 1.0 / 255.0
+    feature_norm: str = "none"
     epinet_hiddens: tuple[int, ...] = (15, 15)
     num_indices: int = 20
     update_index: str = "sample"
@@ -81,6 +85,7 @@ class AgentConfig:
     sigma: float = 0.0
     beta: float = 0.0
     l2: float = 0.0
+    grad_penalty: float = 0.0
     double_q: bool = True
     n_step: int = 1
     gamma: float = 0.99
@@ -93,12 +98,14 @@ class AgentConfig:
     target_update_period: int = 4
     buffer_size: int = 1_000_000
     learning_starts: int = 128
+    random_start: int = 0
     redraw_prob: float = 0.0
     ois_quantile: float | None = None
     ois_num_indices: int = 1
     epsilon_start: float = 0.0
     epsilon_end: float = 0.0
     epsilon_decay_steps: int = 0
+    eval_epsilon: float = 0.0
 
     def __post_init__(self) -> None:
         check_choice("head", self.head, HEADS)
@@ -107,27 +114,34 @@ class AgentConfig:
         check_choice("update_index", self.update_index, UPDATE_INDEX_MODES)
         check_choice("target_index", self.target_index, TARGET_INDEX_MODES)
         check_choice("init_scheme", self.init_scheme, INIT_SCHEMES)
+        check_choice("bias_init", self.bias_init, BIAS_INITS)
+        check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
+        check_flag("normalise_index", self.normalise_index)
+        check_flag("double_q", self.double_q)
         for name in ("index_dim", "num_indices", "n_step", "batch_size", "updates_per_step",
                      "update_every", "target_update_period", "buffer_size", "ois_num_indices"):
             check_int(name, getattr(self, name))
-        for name in ("learning_starts", "epsilon_decay_steps"):
+        for name in ("learning_starts", "random_start", "epsilon_decay_steps"):
             check_int(name, getattr(self, name), low=0)
         for width in (*self.torso_widths, *self.epinet_hiddens):
             check_int("torso_widths / epinet_hiddens", width)
-        for name in ("sigma", "beta", "l2", "prior_std", "prior_scale"):
+        for name in ("sigma", "beta", "l2", "grad_penalty", "prior_std", "prior_scale"):
             check_positive(name, getattr(self, name), allow_zero=True)
-        for name in ("learning_rate", "adam_eps", "posterior_scale"):
+        for name in ("learning_rate", "adam_eps", "posterior_scale", "input_scale"):
             check_positive(name, getattr(self, name))
         for name in ("max_grad_norm", "bias_coef"):
             if getattr(self, name) is not None:
                 check_positive(name, getattr(self, name))
-        for name in ("gamma", "redraw_prob", "epsilon_start", "epsilon_end"):
+        for name in ("gamma", "redraw_prob", "epsilon_start", "epsilon_end", "eval_epsilon"):
             check_range(name, getattr(self, name), 0.0, 1.0)
         if self.ois_quantile is not None:
             check_range("ois_quantile", self.ois_quantile, 0.0, 1.0)
         if self.head == "epinet" and (self.beta > 0 or self.l2 > 0):
             raise ValueError("beta, l2: the epinet head has no generated layer to regularise; "
                              "expected beta = l2 = 0")
+        if self.head == "epinet" and (self.normalise_index or self.bias_init != "auto"):
+            raise ValueError("normalise_index, bias_init: options of the hypermodel head; "
+                             "expected normalise_index=False, bias_init='auto' for the epinet")
 
 
 _DEEPSEA_HYPERAGENT = AgentConfig(name="hyperagent", redraw_prob=0.01)
@@ -165,7 +179,16 @@ _CONFIGS: dict[tuple[str, str], AgentConfig] = {
         name="epinet_dqn", head="epinet", torso_widths=(50, 50), index="gaussian",
         index_dim=8, prior_scale=0.3, target_index="same", double_q=False, batch_size=32,
         buffer_size=10_000, learning_starts=100),
-    ("hyperagent", "atari"): AgentConfig(name="hyperagent", redraw_prob=0.01, **_ATARI_HYPER),
+    # The HyperAgent reference's run_atari.py as run_HyperAgent.sh calls it (docs/atari.md,
+    # "Parity with the reference code"): 2000 uniformly random steps, raw 0-255 input, MinMax
+    # conv features, Xavier-normal torso and hyper layer, Xavier-normal b and frozen b_0, an
+    # independent frozen prior torso, a Gaussian index normalised inside the network (the
+    # perturbation uses the raw draw), the gradient-norm penalty 0.01.
+    ("hyperagent", "atari"): AgentConfig(
+        name="hyperagent", redraw_prob=0.01, index="gaussian", normalise_index=True,
+        init_scheme="reference", bias_init="xavier", prior_torso="independent",
+        input_scale=1.0, feature_norm="minmax", grad_penalty=0.01, random_start=2000,
+        **_ATARI_HYPER),
     ("hyperfqi", "atari"): AgentConfig(name="hyperfqi", index="gaussian",
                                        **{**_ATARI_HYPER, "n_step": 10}),
     ("hyperdqn", "atari"): AgentConfig(

@@ -49,10 +49,11 @@ from hyperx.heads import (
     OneHotMLPTorso,
     generated_sq_norm,
     make_network,
+    unit_index,
 )
 from hyperx.index import IndexDistribution, make_index
 from hyperx.lockstep import lockstep_cond
-from hyperx.losses import double_q_targets, index_quantile, perturbed_value_loss
+from hyperx.losses import double_q_targets, index_quantile, masked_mean, perturbed_value_loss
 from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
 
 Array = jax.Array
@@ -168,7 +169,8 @@ def make_torso(config: AgentConfig, num_states: int | None = None) -> nn.Module:
         return OneHotMLPTorso(num_states, tuple(config.torso_widths),
                               init_scheme=config.init_scheme)
     if config.torso == "nature_cnn":
-        return NatureCNN(hidden=config.torso_widths[-1], channels_first=True)
+        return NatureCNN(config.input_scale, config.torso_widths[-1], channels_first=True,
+                         feature_norm=config.feature_norm, init_scheme=config.init_scheme)
     return MLPTorso(tuple(config.torso_widths), init_scheme=config.init_scheme)
 
 
@@ -180,7 +182,8 @@ def make_head(config: AgentConfig, num_actions: int, torso: nn.Module) -> nn.Mod
                           include_inputs=isinstance(torso, MLPTorso))
     return HypermodelHead(num_actions, config.index_dim, torso, config.prior_torso,
                           config.prior_std, config.prior_scale, config.posterior_scale,
-                          config.bias_coef, init_scheme=config.init_scheme)
+                          config.bias_coef, init_scheme=config.init_scheme,
+                          bias_init=config.bias_init, normalise_index=config.normalise_index)
 
 
 def greedy_action(key: Array, q: Array) -> Array:
@@ -259,7 +262,8 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         check_observation(obs, num_states)
         k_greedy, k_explore, k_random = jax.random.split(key, 3)
         action = greedy(state, k_greedy, obs, state.index)
-        explore = jax.random.uniform(k_explore) < epsilon(state.env_steps)
+        explore = ((jax.random.uniform(k_explore) < epsilon(state.env_steps))
+                   | (state.env_steps < config.random_start))
         random_action = jax.random.randint(k_random, (), 0, num_actions, jnp.int32)
         return jnp.where(explore, random_action, action)
 
@@ -364,7 +368,8 @@ def _batched(config: AgentConfig, network: Network, num_actions: int, obs_exampl
     def act(state: AgentState, key: Array, obs: Array) -> Array:
         k_greedy, k_explore, k_random = jax.random.split(key, 3)
         action = greedy(state, k_greedy, obs, state.index)
-        explore = jax.random.uniform(k_explore, (num_envs,)) < epsilon(state.env_steps)
+        explore = ((jax.random.uniform(k_explore, (num_envs,)) < epsilon(state.env_steps))
+                   | (state.env_steps < config.random_start))
         random_action = jax.random.randint(k_random, (num_envs,), 0, num_actions, jnp.int32)
         return jnp.where(explore, random_action, action)
 
@@ -407,6 +412,7 @@ def _make_learner(config: AgentConfig, network: Network, index: IndexDistributio
         k_sample, k_xi, k_target = jax.random.split(key, 3)
         batch = buffer.sample(state.replay, k_sample, config.batch_size)
         xi = loss_indices(k_xi)
+        xi_net = unit_index(xi) if config.normalise_index else xi
         if config.target_index == "same" and config.ois_quantile is None:
             xi_target = xi
         else:
@@ -420,16 +426,32 @@ def _make_learner(config: AgentConfig, network: Network, index: IndexDistributio
                                    q_next_online, quantile=config.ois_quantile)
         perturbed = config.sigma > 0
 
-        def loss_fn(params: PyTree) -> Array:
+        def q_taken(params: PyTree) -> tuple[Array, Array]:
             q = network.apply({"params": params, "prior": state.prior},
                               batch.transition["obs"], xi)
-            return perturbed_value_loss(
+            return q, jnp.take_along_axis(q, batch.transition["action"][:, None, None],
+                                          axis=-1)[..., 0]
+
+        def loss_fn(params: PyTree) -> Array:
+            q, _ = q_taken(params)
+            loss = perturbed_value_loss(
                 q, batch.transition["action"], targets,
                 xi=xi if perturbed else None,
                 z=batch.transition["z"] if perturbed else None, sigma=config.sigma,
-                reg_sq_norm=generated_sq_norm(params, xi) if regularise else None,
+                reg_sq_norm=generated_sq_norm(params, xi_net) if regularise else None,
                 beta=config.beta, num_data=state.replay.num_added, l2=config.l2,
                 mask=batch.valid)
+            if config.grad_penalty > 0:
+                loss = loss + config.grad_penalty * value_grad_sq_norm(params)
+            return loss
+
+        def value_grad_sq_norm(params: PyTree) -> Array:
+            """``||d/dtheta mean_{b,k} Q(s_b, a_b, xi_k)||^2`` over the trainable parameters
+            (the HyperAgent reference's ``grad_coef`` term, by double backpropagation)."""
+            def mean_q(p: PyTree) -> Array:
+                return masked_mean(jnp.mean(q_taken(p)[1], axis=1), batch.valid)
+            grads = jax.grad(mean_q)(params)
+            return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         updates, opt_state = optimiser.update(grads, state.opt_state, state.params)

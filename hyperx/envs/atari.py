@@ -81,6 +81,19 @@ def game_names() -> tuple[str, ...]:
     return tuple(sorted(g for g in pool if rom_id(g) in ale))
 
 
+def action_meanings(game: str) -> tuple[str, ...]:
+    """The names of a game's actions in the order both backends number them (ALE's minimal
+    action set): ``action_meanings("Freeway") == ("NOOP", "UP", "DOWN")``."""
+    from ale_py import ALEInterface, LoggerMode, roms
+
+    if game not in game_names():
+        raise ValueError(f"game: expected an Atari game name such as 'Breakout', got {game!r}")
+    ALEInterface.setLoggerMode(LoggerMode.Error)
+    ale = ALEInterface()
+    ale.loadROM(roms.get_rom_path(rom_id(game)))
+    return tuple(a.name for a in ale.getMinimalActionSet())
+
+
 @dataclasses.dataclass(frozen=True)
 class AtariSpec:
     """What to build: ``game`` (``"Breakout"``), ``backend`` ("envpool" or "ale"),

@@ -102,13 +102,19 @@ def policy_scores(game: str, episodes: int, seed: int, max_steps: int,
     return score.tolist()
 
 
-def config_for(agent: str, args: argparse.Namespace):
-    from hyperx.agents import get_config
+AGENTS = ("hyperagent", "dqn_100k")
+"""``hyperagent``: the Atari config as it is; ``dqn_100k``: ``dqn`` with
+:data:`hyperx.agents.config.DQN_100K`."""
 
-    overrides = {} if args.learning_starts is None else dict(
-        learning_starts=args.learning_starts, random_start=min(
-            args.learning_starts, get_config(agent, env="atari").random_start))
-    return get_config(agent, env="atari", **overrides)
+
+def config_for(agent: str, args: argparse.Namespace):
+    from hyperx.agents.config import DQN_100K, get_config
+
+    name, overrides = (agent, {}) if agent == "hyperagent" else ("dqn", dict(DQN_100K))
+    if args.learning_starts is not None:
+        overrides.update(learning_starts=args.learning_starts, random_start=min(
+            args.learning_starts, get_config(name, env="atari").random_start))
+    return get_config(name, env="atari", **overrides)
 
 
 def run_group(game: str, agent: str, first: int, count: int, args: argparse.Namespace) -> None:
@@ -293,7 +299,7 @@ def baselines(game: str, args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--games", nargs="+", default=["Alien"])
-    parser.add_argument("--agents", nargs="+", default=["hyperagent"])
+    parser.add_argument("--agents", nargs="+", default=["hyperagent"], choices=AGENTS)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--seeds-per-program", type=int, default=1,
                         help="seeds vmapped in one program (CPU: 1; GPU: all)")

@@ -1,14 +1,49 @@
 #!/usr/bin/env bash
-# One GPU, under 8 minutes: the Atari throughput benchmark (compiled loop vs the CleanRL
-# Python-loop design, agents-per-program scaling) and a short multi-seed Breakout run.
-# Writes benchmarks/results/gpu_atari_throughput.json and benchmarks/results/gpu_breakout/.
-# Usage (from the repository root, after `make test` built .venv): bash benchmarks/gpu_atari.sh
+# One GPU loan, two modes (from the repository root, after `make test` built .venv):
+#
+#   bash benchmarks/gpu_atari.sh            # throughput (under 8 minutes): the compiled loop
+#       against the CleanRL Python-loop design and agents per program, then a short 8-seed
+#       Breakout run; writes benchmarks/results/gpu_atari_throughput.json, gpu_breakout/.
+#   bash benchmarks/gpu_atari.sh parity     # parity (under 10 minutes on one large GPU):
+#       benchmarks/atari_parity.py on Alien and Freeway, 8 hyperagent seeds vmapped in one
+#       program, 100k agent steps, evaluated at 0 and every 20k on 10 games; writes
+#       benchmarks/results/gpu_atari_parity.json|png and gpu_atari_parity/.
+#
+# DRY_RUN=1 runs every line of a mode with tiny sizes on any device (the slow tests do, so
+# the script has run before anyone spends GPU time on it); OUT overrides the output folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
+MODE=${1:-throughput}
+OUT=${OUT:-benchmarks/results}
 "$PY" -c 'import jax; print(jax.devices())'
-timeout 300 "$PY" benchmarks/atari_throughput.py --steps 2048 --agents-grid 1 4 16 \
-  --out benchmarks/results/gpu_atari_throughput.json
-timeout 180 .venv/bin/hyperx atari --game Breakout --agent hyperagent --steps 50000 --seeds 8 \
-  --envs-per-seed 1 --eval-every 10000 --eval-episodes 5 --quiet --overwrite \
-  --out benchmarks/results/gpu_breakout
+case "$MODE" in
+  throughput)
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+      STEPS=64; GRID="1 2"; RUN="--steps 64 --seeds 2 --eval-every 32 --eval-episodes 1"
+    else
+      STEPS=2048; GRID="1 4 16"; RUN="--steps 50000 --seeds 8 --eval-every 10000 --eval-episodes 5"
+    fi
+    timeout 300 "$PY" benchmarks/atari_throughput.py --steps "$STEPS" --agents-grid $GRID \
+      --out "$OUT/gpu_atari_throughput.json"
+    # shellcheck disable=SC2086
+    timeout 180 "$(dirname "$PY")/hyperx" atari --game Breakout --agent hyperagent $RUN \
+      --envs-per-seed 1 --quiet --overwrite --out "$OUT/gpu_breakout"
+    ;;
+  parity)
+    if [ "${DRY_RUN:-0}" = 1 ]; then
+      SIZES="--steps 64 --eval-every 32 --chunk-steps 32 --seeds 2 --seeds-per-program 2
+             --eval-episodes 1 --eval-max-steps 30 --random-episodes 2 --learning-starts 16"
+    else
+      SIZES="--steps 100000 --eval-every 20000 --chunk-steps 20000 --seeds 8
+             --seeds-per-program 8"
+    fi
+    # shellcheck disable=SC2086
+    timeout 570 "$PY" benchmarks/atari_parity.py --games Alien Freeway --agents hyperagent \
+      $SIZES --out-dir "$OUT/gpu_atari_parity" --summary "$OUT/gpu_atari_parity.json"
+    ;;
+  *)
+    echo "usage: bash benchmarks/gpu_atari.sh [throughput|parity]" >&2
+    exit 2
+    ;;
+esac

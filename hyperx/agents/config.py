@@ -43,23 +43,33 @@ class AgentConfig:
     ``posterior_scale``, ``bias_coef`` (HyperDQN's generated bias) and ``prior_torso``
     (see :class:`hyperx.heads.HypermodelHead`); ``init_scheme`` (``"default"`` or the
     HyperAgent reference code's ``"reference"``, :data:`hyperx.heads.INIT_SCHEMES`) for the
-    torso and the generated layer; ``epinet_hiddens`` for the epinet.
+    torso and the generated layer; ``bias_init`` for the generated layer's mean and frozen
+    prior bias (:data:`hyperx.heads.BIAS_INITS`); ``normalise_index`` (the head reads
+    ``xi / ||xi||``, the perturbation the raw ``xi``); for the Nature CNN ``input_scale``
+    (1/255, or 1 for raw frames) and ``feature_norm`` (``"minmax"``: each row of the conv
+    features onto [0, 1]); ``epinet_hiddens`` for the epinet.
 
     Loss (:func:`hyperx.losses.perturbed_value_loss`): ``num_indices`` K per transition, drawn
     per transition (``update_index="sample"``) or the whole support of an enumerable index
     (``"support"``); bootstrap indices the ``"same"`` K or one ``"fresh"`` index per
     transition (``target_index``); ``sigma``, ``beta`` (divided by |D|), ``l2``,
-    ``double_q``, ``n_step``, ``gamma``.
+    ``double_q``, ``n_step``, ``gamma``; ``grad_penalty`` times ``||d/dtheta mean Q||^2``
+    (:func:`hyperx.losses.grad_sq_norm`).
 
     Optimisation: Adam(``learning_rate``, ``adam_eps``) after global-norm clipping at
     ``max_grad_norm`` (``None``: no clipping); ``batch_size``; ``updates_per_step`` gradient
     steps every ``update_every`` env steps once ``learning_starts`` transitions are stored;
     target sync every ``target_update_period`` gradient steps; replay of ``buffer_size``.
 
-    Acting: one index per episode, redrawn at each step with probability ``redraw_prob``
+    Acting: uniformly random actions for the first ``random_start`` env steps (counted as
+    ``learning_starts`` is), then one index per episode, redrawn at each step with
+    probability ``redraw_prob``
     (HyperAgent: 1 - gamma); OIS acts on the ``ois_quantile`` of ``ois_num_indices`` indices
     (and uses it in the target); epsilon-greedy annealed linearly from ``epsilon_start`` to
     ``epsilon_end`` over ``epsilon_decay_steps`` env steps (0 steps: fixed ``epsilon_end``).
+    Evaluation: greedy on a fresh index per game, or epsilon-greedy with ``eval_epsilon``
+    (Nature DQN 0.05; Dopamine's Atari-100k configs 0.001): a greedy policy that never presses
+    FIRE after a lost life idles until the step cap.
     """
 
     name: str
@@ -202,9 +212,9 @@ _CONFIGS: dict[tuple[str, str], AgentConfig] = {
         name="dqn", torso="nature_cnn", torso_widths=(512,), index="one_hot", index_dim=1,
         prior_scale=0.0, prior_torso="shared", num_indices=1, target_index="same",
         double_q=True, learning_rate=1e-4, adam_eps=1.5e-4, batch_size=32,
-        max_grad_norm=10.0, n_step=3, target_update_period=2000, buffer_size=100_000,
-        learning_starts=2000, epsilon_start=1.0, epsilon_end=0.01,
-        epsilon_decay_steps=250_000),
+        max_grad_norm=10.0, n_step=3, target_update_period=2000, update_every=4,
+        buffer_size=100_000, learning_starts=2000, epsilon_start=1.0, epsilon_end=0.01,
+        epsilon_decay_steps=250_000, eval_epsilon=0.05),
     ("ensemble_plus", "atari"): AgentConfig(
         name="ensemble_plus", torso="nature_cnn", torso_widths=(256,), index="one_hot",
         index_dim=10, num_indices=10, update_index="support", target_index="same",
@@ -228,6 +238,16 @@ for _env in ("atari",):
         update_index="support")
     _CONFIGS[("hyperfqi_ois", _env)] = dataclasses.replace(
         _CONFIGS[("hyperfqi", _env)], name="hyperfqi_ois", ois_quantile=0.8, ois_num_indices=5)
+
+DQN_100K: dict = dict(n_step=10, update_every=1, target_update_period=1, learning_starts=1600,
+                      epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=5000,
+                      eval_epsilon=0.001)
+"""Overrides that make the Atari ``dqn`` config the data-efficient DQN of the Atari-100k
+literature, the settings of Dopamine's ``labs/atari_100k/configs/DrQ_eps.gin`` (DrQ(eps),
+Agarwal et al., NeurIPS 2021): n-step 10, one update per env step, the target synced every
+update, 1600 warm-up steps, epsilon 1 -> 0.01 over 5000 steps, evaluation epsilon 0.001.
+Not included: DrQ's image augmentation, the dueling head and Huber loss of Dopamine's agent.
+``get_config("dqn", env="atari", **DQN_100K)``."""
 
 AGENT_NAMES: tuple[str, ...] = ("hyperagent", "hyperfqi", "hyperfqi_oh", "hyperfqi_ois",
                                 "hyperdqn", "dqn", "ensemble_plus", "epinet_dqn")

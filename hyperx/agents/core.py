@@ -5,17 +5,23 @@ HyperDQN, ICLR 2022), configured by a frozen :class:`~hyperx.agents.config.Agent
 
 * Network: ``Q(s, a, xi)`` from :class:`hyperx.heads.HypermodelHead` (or the epinet head) on a
   torso; its frozen prior lives in a separate collection and never trains.
-* Acting: one index xi per episode, redrawn at each step with probability ``redraw_prob``
-  (HyperAgent); with OIS the index is a set of J indices and the agent acts on the
-  ``q``-quantile over them of Q(s, a, .) per action; greedy argmax with a uniformly random
-  tie-break; epsilon-greedy when the config asks (DQN).
+* Acting: uniformly random actions for the first ``random_start`` env steps (the HyperAgent
+  reference's ``--random-start``), then one index xi per episode, redrawn at each step with
+  probability ``redraw_prob`` (HyperAgent); with OIS the index is a set of J indices and the
+  agent acts on the ``q``-quantile over them of Q(s, a, .) per action; greedy argmax with a
+  uniformly random tie-break; epsilon-greedy when the config asks (DQN).
 * Replay (:func:`hyperx.replay.make_replay_buffer`): each transition stores a perturbation
   ``z ~ Unif(S^{M-1})`` drawn when it is stored; ``|D|`` is the buffer's ``num_added``.
 * Loss: :func:`hyperx.losses.perturbed_value_loss` on n-step (double-)DQN targets from
   :func:`hyperx.losses.double_q_targets`, over K indices per transition,
 
       L = mean_b (1/K) sum_k (y_b(xi'_k) + sigma <xi_k, z_b> - Q(s_b, a_b, xi_k))^2
-          + (beta/|D| + l2) mean_k ||A xi_k + b||^2,
+          + (beta/|D| + l2) mean_k ||A xi_k + b||^2
+          + c_grad ||d/dtheta mean_{b,k} Q(s_b, a_b, xi_k)||^2
+
+  (``c_grad`` = ``grad_penalty``, the HyperAgent reference's Atari term; with
+  ``normalise_index`` the network reads ``xi_k / ||xi_k||`` while the perturbation keeps the
+  raw ``xi_k``, as the reference does),
 
   minimised by Adam (optax) after optional global-norm clipping; the target network is synced
   every ``target_update_period`` gradient steps.
@@ -53,7 +59,13 @@ from hyperx.heads import (
 )
 from hyperx.index import IndexDistribution, make_index
 from hyperx.lockstep import lockstep_cond
-from hyperx.losses import double_q_targets, index_quantile, masked_mean, perturbed_value_loss
+from hyperx.losses import (
+    double_q_targets,
+    grad_sq_norm,
+    index_quantile,
+    masked_mean,
+    perturbed_value_loss,
+)
 from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
 
 Array = jax.Array
@@ -442,16 +454,11 @@ def _make_learner(config: AgentConfig, network: Network, index: IndexDistributio
                 beta=config.beta, num_data=state.replay.num_added, l2=config.l2,
                 mask=batch.valid)
             if config.grad_penalty > 0:
-                loss = loss + config.grad_penalty * value_grad_sq_norm(params)
+                loss = loss + config.grad_penalty * grad_sq_norm(mean_q, params)
             return loss
 
-        def value_grad_sq_norm(params: PyTree) -> Array:
-            """``||d/dtheta mean_{b,k} Q(s_b, a_b, xi_k)||^2`` over the trainable parameters
-            (the HyperAgent reference's ``grad_coef`` term, by double backpropagation)."""
-            def mean_q(p: PyTree) -> Array:
-                return masked_mean(jnp.mean(q_taken(p)[1], axis=1), batch.valid)
-            grads = jax.grad(mean_q)(params)
-            return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
+        def mean_q(params: PyTree) -> Array:
+            return masked_mean(jnp.mean(q_taken(params)[1], axis=1), batch.valid)
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         updates, opt_state = optimiser.update(grads, state.opt_state, state.params)

@@ -224,3 +224,42 @@ def test_sharded_training_validates_the_device_count():
     with pytest.raises(ValueError, match="devices: the host loop"):
         train_atari(config, "Breakout", steps=8, seeds=1, host_loop=True,
                     devices=jax.devices())
+
+
+@pytest.mark.slow
+def test_evaluation_at_start_and_chunks_between_evaluations():
+    """Step 0 is evaluated, chunks (and ``on_chunk``) come every ``chunk_steps``, evaluations
+    every ``eval_every`` and at the end; ``on_chunk`` carries every evaluation so far."""
+    config = get_config("hyperagent", env="atari", **SMALL)
+    chunks = []
+    result = train_atari(config, "Breakout", steps=64, seeds=1, eval_every=32, chunk_steps=16,
+                         eval_episodes=1, eval_max_steps=20, eval_at_start=True,
+                         on_chunk=chunks.append)
+    assert [e["env_step"] for e in result.evaluations] == [0, 32, 64]
+    assert [c["env_steps"] for c in chunks] == [16, 32, 48, 64]
+    assert [c["scores"] is None for c in chunks] == [True, False, True, False]
+    assert chunks[-1]["evaluations"] == result.evaluations
+
+
+def test_chunks_must_divide_the_evaluation_period():
+    config = get_config("hyperagent", env="atari", **SMALL)
+    with pytest.raises(ValueError, match="chunk_steps: expected a divisor of eval_every"):
+        train_atari(config, "Breakout", steps=64, eval_every=32, chunk_steps=24)
+
+
+@pytest.mark.slow
+def test_gpu_script_parity_mode_dry_run(tmp_path):
+    """Every line of ``benchmarks/gpu_atari.sh parity`` on CPU with tiny sizes: the summary
+    holds one mean per seed at steps 0, 32 and 64 for both games, and the baselines."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    env = dict(os.environ, DRY_RUN="1", OUT=str(tmp_path), PY=sys.executable)
+    subprocess.run(["bash", "benchmarks/gpu_atari.sh", "parity"], cwd=root, env=env, check=True,
+                   timeout=900)
+    summary = json.loads((tmp_path / "gpu_atari_parity.json").read_text())
+    for game in ("Alien", "Freeway"):
+        entry = summary["games"][game]
+        assert sorted(entry["hyperagent"]["evals"], key=int) == ["0", "32", "64"]
+        assert all(len(v) == 2 for v in entry["hyperagent"]["evals"].values())
+        assert "random" in entry["baselines"]
+    assert "always_up" in summary["games"]["Freeway"]["baselines"]
+    assert (tmp_path / "gpu_atari_parity.png").exists()

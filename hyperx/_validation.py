@@ -63,8 +63,9 @@ def check_integer(name: str, x) -> None:
 
 
 def _number(name: str, value) -> float:
-    """``value`` as a float; ``TypeError`` naming ``name`` for strings and non-numbers."""
-    if isinstance(value, str | bytes) or np.ndim(value) != 0:
+    """``value`` as a float; ``TypeError`` naming ``name`` for strings, bools (``True`` is
+    not the number 1.0 here) and non-numbers."""
+    if isinstance(value, str | bytes | bool | np.bool_) or np.ndim(value) != 0:
         raise TypeError(f"{name}: expected a number, got {value!r}")
     try:
         return float(value)

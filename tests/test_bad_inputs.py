@@ -15,7 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from hyperx.agents import get_config, make_agent
 from hyperx.cli import build_parser, main
+from hyperx.envs.atari import make_atari
+from hyperx.llm.tasks import Task
+from hyperx.llm.train import RLConfig, make_policy
 
 NAN, INF = math.nan, math.inf
 TINY_BANDIT = ["bandit", "--dim", "3", "--arms", "4", "--steps", "20", "--seeds", "2", "--quiet"]
@@ -265,3 +269,40 @@ def test_sizes_are_refused_before_the_output_directory_is_touched(tmp_path, caps
         main(["bandit", "--dim", "100", "--arms", "4", "--steps", "5", "--seeds", "1",
               "--agents", "ensemble_pp:M=1e9", "--quiet", "--out", str(out)])
     assert "needs an estimated" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("overrides, error, message", [
+    (dict(gamma=True), TypeError, "gamma: expected a number, got True"),
+    (dict(learning_rate=False), TypeError, "learning_rate: expected a number"),
+    (dict(torso_widths=64), ValueError, "torso_widths: expected a non-empty tuple"),
+    (dict(torso_widths=()), ValueError, "torso_widths: expected a non-empty tuple"),
+    (dict(epinet_hiddens=(15, 2.5)), ValueError, "epinet_hiddens: expected an integer")])
+def test_agent_config_refuses_bools_as_numbers_and_bare_widths(overrides, error, message):
+    with pytest.raises(error, match=message):
+        get_config("dqn", **overrides)
+    assert get_config("dqn", torso_widths=[32, 32]).torso_widths == (32, 32)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: RLConfig(group_size=2.5), "group_size: expected an integer"),
+    (lambda: RLConfig(prompts_per_step=True), "prompts_per_step: expected an integer"),
+    (lambda: RLConfig(lag=1.5), "lag: expected an integer"),
+    (lambda: Task("reverse", 2.5), "difficulty: expected an integer"),
+    (lambda: make_policy(Task("reverse", 3), d_model=0), "d_model: expected an integer"),
+    (lambda: make_policy(Task("reverse", 3), num_layers=0), "num_layers: expected an integer"),
+    (lambda: make_policy(Task("reverse", 3), d_model=30, num_heads=4),
+     "d_model: expected a multiple of num_heads = 4")])
+def test_llm_sizes_are_integers_checked_at_the_boundary(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_agent_and_atari_sizes_are_integers():
+    with pytest.raises(ValueError, match="num_actions: expected an integer"):
+        make_agent(get_config("dqn"), 2.5, jnp.int32(0), num_states=4)
+    with pytest.raises(ValueError, match="num_states: expected an integer"):
+        make_agent(get_config("dqn"), 2, jnp.int32(0), num_states=4.0)
+    with pytest.raises(ValueError, match="num_envs: expected an integer"):
+        make_atari("Breakout", num_envs=2.5)
+    with pytest.raises(ValueError, match="noop_max: expected an integer"):
+        make_atari("Breakout", noop_max=-1)

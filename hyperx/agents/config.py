@@ -133,8 +133,14 @@ class AgentConfig:
             check_int(name, getattr(self, name))
         for name in ("learning_starts", "random_start", "epsilon_decay_steps"):
             check_int(name, getattr(self, name), low=0)
-        for width in (*self.torso_widths, *self.epinet_hiddens):
-            check_int("torso_widths / epinet_hiddens", width)
+        for name in ("torso_widths", "epinet_hiddens"):
+            widths = getattr(self, name)
+            if not isinstance(widths, tuple | list) or not widths:
+                raise ValueError(f"{name}: expected a non-empty tuple of layer widths such as "
+                                 f"(64, 64), got {widths!r}")
+            for width in widths:
+                check_int(name, width)
+            object.__setattr__(self, name, tuple(widths))  # hashable: programs cache on it
         for name in ("sigma", "beta", "l2", "grad_penalty", "prior_std", "prior_scale"):
             check_positive(name, getattr(self, name), allow_zero=True)
         for name in ("learning_rate", "adam_eps", "posterior_scale", "input_scale"):

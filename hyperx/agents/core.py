@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyperx._validation import check_positive, check_shape
+from hyperx._validation import check_int, check_shape
 from hyperx.agents.checks import check_observation, check_transition
 from hyperx.agents.config import AgentConfig
 from hyperx.heads import (
@@ -220,12 +220,12 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         ``replay`` is the buffer (one stream per environment, e.g.
         :func:`hyperx.atari_replay.make_frame_replay`). ``None``: the one-environment agent.
     """
-    check_positive("num_actions", num_actions)
+    check_int("num_actions", num_actions)
     if (num_envs is None) != (replay is None):
         raise ValueError("num_envs, replay: expected both (a batched agent) or neither")
     obs_example = jnp.asarray(obs_example)
     if num_states is not None:
-        check_positive("num_states", num_states)
+        check_int("num_states", num_states)
         check_shape("obs_example", obs_example, (), "() for integer state ids")
     capacity = config.buffer_size if step_budget is None else replay_capacity(
         config.buffer_size, step_budget)
@@ -297,7 +297,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         return greedy(state, key, obs, xi)
 
     if num_envs is not None:
-        check_positive("num_envs", num_envs)
+        check_int("num_envs", num_envs)
         learn = _make_learner(config, network, index, replay, optimiser)
         return _batched(config, network, num_actions, obs_example, num_envs, replay, capacity,
                         optimiser, epsilon, acting_index, perturbation, q_values, learn)

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_choice, check_positive
+from hyperx._validation import check_choice, check_int
 
 Array = jax.Array
 BACKENDS = ("envpool", "ale")
@@ -117,9 +117,9 @@ class AtariSpec:
             raise ValueError(f"game: expected an Atari game name such as 'Breakout' or "
                              f"'MsPacman' (one of {len(names)}: {', '.join(names[:6])}, ...), "
                              f"got {self.game!r}")
-        check_positive("num_envs", self.num_envs)
-        check_positive("noop_max", self.noop_max, allow_zero=True)
-        check_positive("max_episode_frames", self.max_episode_frames)
+        check_int("num_envs", self.num_envs)
+        check_int("noop_max", self.noop_max, low=0)
+        check_int("max_episode_frames", self.max_episode_frames)
         if not isinstance(self.seed, int | np.integer) or isinstance(self.seed, bool) \
                 or not 0 <= self.seed < 2**31 - self.num_envs:
             raise ValueError(f"seed: expected an integer in [0, 2**31 - num_envs), "

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_choice, check_integer, check_positive, check_rank
+from hyperx._validation import check_choice, check_int, check_integer, check_rank
 
 PAD, BOS, EOS = 0, 1, 2
 CHARS = "0123456789+=|abcdefghij"
@@ -89,7 +89,7 @@ class Task:
     def __post_init__(self) -> None:
         check_choice("task", self.name, TASKS)
         check_choice("reward_type", self.reward_type, REWARDS)
-        check_positive("difficulty", self.difficulty)
+        check_int("difficulty", self.difficulty)
         if self.name == "addition" and self.difficulty > 8:
             raise ValueError(f"difficulty: expected <= 8 digits for addition (int32 sums), "
                              f"got {self.difficulty}")

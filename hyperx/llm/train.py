@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from hyperx._validation import check_choice, check_positive
+from hyperx._validation import check_choice, check_int, check_positive
 from hyperx.llm.baselines import (
     dr_grpo_advantages,
     grpo_advantages,
@@ -136,16 +136,16 @@ class RLConfig:
     adam_b2: float = 0.99
 
     def __post_init__(self) -> None:
-        check_positive("prompts_per_step", self.prompts_per_step)
-        check_positive("group_size", self.group_size)
+        check_int("prompts_per_step", self.prompts_per_step)
+        check_int("group_size", self.group_size)
         check_positive("learning_rate", self.learning_rate)
         check_choice("advantage", self.advantage, ADVANTAGES)
         check_choice("rollout_dtype", self.rollout_dtype, ROLLOUT_DTYPES)
         check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
-        check_positive("lag", self.lag, allow_zero=True)
+        check_int("lag", self.lag, low=0)
         check_positive("temperature", self.temperature)
-        check_positive("extra_tokens", self.extra_tokens, allow_zero=True)
-        check_positive("ppo_epochs", self.ppo_epochs)
+        check_int("extra_tokens", self.extra_tokens, low=0)
+        check_int("ppo_epochs", self.ppo_epochs)
         if self.max_grad_norm is not None:
             check_positive("max_grad_norm", self.max_grad_norm)
         if not isinstance(self.correction, CorrectionConfig):
@@ -222,6 +222,13 @@ def make_policy(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads
                 seed: int = 0, extra_tokens: int = 2):
     """A float32 :class:`Transformer` sized for ``task`` (``max_len = P + A + extra_tokens``,
     SwiGLU width ``2 d_model``) and its initial parameters from ``seed``."""
+    for name, value in (("d_model", d_model), ("num_layers", num_layers),
+                        ("num_heads", num_heads)):
+        check_int(name, value)
+    check_int("extra_tokens", extra_tokens, low=0)
+    if d_model % num_heads:
+        raise ValueError(f"d_model: expected a multiple of num_heads = {num_heads}, "
+                         f"got {d_model}")
     module = Transformer(vocab_size=task.tokenizer.vocab_size, d_model=d_model,
                          num_layers=num_layers, num_heads=num_heads, mlp_hidden=2 * d_model,
                          max_len=task.prompt_len + task.answer_len + extra_tokens)

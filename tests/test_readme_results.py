@@ -130,7 +130,27 @@ def _atari_phrases() -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases())
+def _parity_phrases() -> list[str]:
+    """Per evaluation step of the Alien parity run: our mean over seeds with [min, max], the
+    seeds' count, and the reference's mean [min, max]."""
+    alien = _load("atari_parity.json")["games"]["Alien"]
+    ours, ref = alien["hyperagent"]["evals"], alien["reference_hyperagent"]
+    phrases = []
+    for step in ("20000", "40000"):
+        if step in ours:
+            v = ours[step]
+            r = ref[step]
+            phrases.append(f"after {int(step) // 1000}k agent steps {sum(v) / len(v):.1f} "
+                           f"[{min(v):.0f}, {max(v):.0f}] ({len(v)} seeds; the authors' "
+                           f"{r[0]:.1f} [{r[1]:.0f}, {r[2]:.0f}])")
+    random = alien["baselines"]["random"]
+    phrases.append(f"uniformly random play scores {random['mean']:.1f} here ({random['n']} "
+                   f"games; published 227.8)")
+    return phrases
+
+
+@pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases()
+                         + _parity_phrases())
 def test_readme_states_the_result_file(phrase):
     assert " ".join(phrase.split()) in _readme(), f"README.md does not say: {phrase!r}"
 

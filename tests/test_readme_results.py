@@ -140,8 +140,9 @@ def _parity_phrases() -> list[str]:
         if step in ours:
             v = ours[step]
             r = ref[step]
+            seeds = f"{len(v)} seed{'s' if len(v) != 1 else ''}"
             phrases.append(f"after {int(step) // 1000}k agent steps {sum(v) / len(v):.1f} "
-                           f"[{min(v):.0f}, {max(v):.0f}] ({len(v)} seeds; the authors' "
+                           f"[{min(v):.0f}, {max(v):.0f}] ({seeds}; the authors' "
                            f"{r[0]:.1f} [{r[1]:.0f}, {r[2]:.0f}])")
     random = alien["baselines"]["random"]
     phrases.append(f"uniformly random play scores {random['mean']:.1f} here ({random['n']} "

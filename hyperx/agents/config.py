@@ -252,7 +252,9 @@ DQN_100K: dict = dict(n_step=10, update_every=1, target_update_period=1, learnin
 literature, the settings of Dopamine's ``labs/atari_100k/configs/DrQ_eps.gin`` (DrQ(eps),
 Agarwal et al., NeurIPS 2021): n-step 10, one update per env step, the target synced every
 update, 1600 warm-up steps, epsilon 1 -> 0.01 over 5000 steps, evaluation epsilon 0.001.
-Not included: DrQ's image augmentation, the dueling head and Huber loss of Dopamine's agent.
+Kept from ``dqn``: Adam 1e-4 / eps 1.5e-4 (the same as Dopamine's), double Q, batch 32, the
+Nature CNN with a linear head, global-norm clip 10 (Dopamine: none). Not included: DrQ's image
+augmentation and the dueling head.
 ``get_config("dqn", env="atari", **DQN_100K)``."""
 
 AGENT_NAMES: tuple[str, ...] = ("hyperagent", "hyperfqi", "hyperfqi_oh", "hyperfqi_ois",

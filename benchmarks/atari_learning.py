@@ -31,6 +31,7 @@ import time
 
 import jax
 import numpy as np
+from atari_parity import policy_scores
 
 from hyperx.agents import get_config
 from hyperx.agents.atari import PAD, evaluate, make_program, train_atari
@@ -50,22 +51,6 @@ def bootstrap_mean(x: np.ndarray, resamples: int = 10_000, seed: int = 0) -> dic
     return {"mean": float(x.mean()), "ci95": [float(np.quantile(means, 0.025)),
                                               float(np.quantile(means, 0.975))],
             "n": int(x.size)}
-
-
-def random_scores(game: str, episodes: int, seed: int, max_steps: int) -> np.ndarray:
-    """Raw scores of a uniformly random policy: ``episodes`` games, evaluation protocol."""
-    env = make_atari(game, num_envs=episodes, seed=seed, training=False)
-    rng = np.random.default_rng(seed)
-    env.reset(seed=seed)
-    score, done = np.zeros(episodes), np.zeros(episodes, bool)
-    for _ in range(max_steps):
-        _, _, terminated, truncated, info = env.step(rng.integers(0, env.num_actions, episodes))
-        score += np.where(done, 0.0, info["raw_reward"])
-        done |= np.asarray(info["game_over"]) | np.asarray(truncated)
-        if done.all():
-            break
-    env.close()
-    return score
 
 
 def run_agent(name: str, args: argparse.Namespace) -> dict:
@@ -181,8 +166,8 @@ def main() -> None:
         with open(path, "w") as f:
             json.dump(row, f, indent=1)
         rows.append(row)
-    random = bootstrap_mean(random_scores(args.game, args.random_episodes, args.seed + 40_000,
-                                          args.eval_max_steps))
+    random = bootstrap_mean(np.asarray(policy_scores(args.game, args.random_episodes,
+                                                     args.seed + 40_000, args.eval_max_steps)))
     summary = {
         "game": args.game, "backend": "envpool", "device": str(jax.devices()[0]),
         "command": "python benchmarks/atari_learning.py " + " ".join(

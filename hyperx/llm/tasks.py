@@ -2,8 +2,10 @@
 
 Each task draws prompts in pure JAX (so a whole batch, or a supervised warm-up, can be sampled
 inside ``jit``) and scores a response exactly: reward 1 iff the response is the answer followed
-by ``EOS`` (``exact``), optionally with partial credit for each correct answer position
-(``partial``: ``(1/|a|) sum_i 1[y_i = a_i]``, 1 only when the whole answer and EOS match).
+by ``EOS`` (``exact``), optionally with partial credit for each correct position of the answer
+and its EOS (``partial``: ``(1/(|a| + 1)) sum_{i <= |a|} 1[y_i = (a, EOS)_i]``, 1 only when the
+whole answer and EOS match), so a response that runs past the answer (``578`` for ``57``) loses
+the EOS position's credit.
 The ``difficulty`` knob sets the number of digits / characters, hence the response length:
 
 * ``addition``: ``BOS a+b=`` with ``a, b`` zero-padded to ``d`` digits; answer ``a + b`` in
@@ -150,8 +152,8 @@ class Task:
         """Exact reward ``[B]`` of ``responses [B, T]`` (T >= A) against ``answers [B, A]``.
 
         ``exact``: 1 iff the first ``A`` response tokens equal the answer (EOS included; the
-        sampler pads after EOS, so nothing can follow it). ``partial``: the fraction of answer
-        digits matched position by position, and 1 for an exact match.
+        sampler pads after EOS, so nothing can follow it). ``partial``: the fraction of the
+        answer's positions, EOS included, matched position by position (1 iff exact).
         """
         check_rank("responses", responses, 2)
         check_integer("responses", responses)
@@ -165,9 +167,8 @@ class Task:
         exact = jnp.all(hit, axis=1).astype(jnp.float32)
         if self.reward_type == "exact":
             return exact
-        body = valid & (answers != EOS)
-        frac = jnp.sum(hit & body, axis=1) / jnp.maximum(jnp.sum(body, axis=1), 1)
-        return jnp.where(exact > 0, 1.0, frac.astype(jnp.float32))
+        frac = jnp.sum(hit & valid, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1)
+        return frac.astype(jnp.float32)
 
     def reward_text(self, prompt: str, response: str) -> float:
         """Pure-Python reference reward of one ``response`` to one ``prompt`` (no BOS/EOS)."""
@@ -183,7 +184,9 @@ class Task:
             return 1.0
         if self.reward_type == "exact":
             return 0.0
-        return sum(x == y for x, y in zip(response, want, strict=False)) / len(want)
+        end = "\0"  # EOS: one more position to match
+        return sum(x == y for x, y in zip(response + end, want + end, strict=False)) / (
+            len(want) + 1)
 
 
 def _digits(x: jax.Array, width: int) -> jax.Array:

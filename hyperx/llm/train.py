@@ -19,7 +19,11 @@ One RL step (``train``) has three jitted parts, as in verl's rollout / log-prob 
 Because ``mu`` differs from ``pi_old`` both numerically (precision) and in time (lag), the
 uncorrected update is biased; the corrections reweight or reject the tokens it gets wrong.
 Every step logs reward, response length, mismatch KL, chi-square, ESS, masked fractions,
-gradient norm, learning rate and tokens (the keys of ``metrics`` in the docs).
+gradient norm, learning rate and tokens, and how far the update moved the policy on the batch's
+own tokens (``update_kl``: the k3 estimate of ``KL(pi_old || pi_new)``; ``update_clip_fraction``:
+tokens whose ratio left the PPO clip range). The per-epoch metrics (``ratio_mean``,
+``clip_fraction``, ``approx_kl``) are measured before the first optimiser step, where the ratio is
+1 by construction; the ``update_*`` pair is measured after the last.
 
 Sources: GRPO (Shao et al. 2024, arXiv:2402.03300); PPO (Schulman et al. 2017); decoupled PPO
 and rollout correction (the verl Rollout Correction documentation; Yao et al. 2025; Liu, Li et
@@ -391,6 +395,17 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         (params, opt_state), metrics = jax.lax.scan(
             epoch, (state.params, state.opt_state), None, length=config.ppo_epochs)
         metrics = {k: v[0] for k, v in metrics.items()}  # as measured before the first step
+        # How far this batch's update moved the policy on its own tokens: the k3 estimate of
+        # KL(pi_old || pi_new), and the PPO clip fraction the next epoch would have seen.
+        new_log_prob, _ = response_log_probs(train_scaled, params, batch.prompts,
+                                             batch.rollout.tokens)
+        moved = mismatch_metrics(train_log_prob=new_log_prob,
+                                 rollout_log_prob=scores.old_log_prob, response_mask=mask)
+        eps_lo = eps_hi = config.objective.clip_eps
+        if config.objective.clip_eps_high is not None:
+            eps_hi = config.objective.clip_eps_high
+        ratio = jnp.exp(new_log_prob - scores.old_log_prob)
+        outside = (ratio < 1.0 - eps_lo) | (ratio > 1.0 + eps_hi)
         scale = _schedule_scale(opt_state)
         rewards = scores.rewards
         r_group = rewards.reshape(g, n)
@@ -407,6 +422,8 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
             lr=config.learning_rate * scale,
             lr_scale=scale,
             advantage_abs_mean=jnp.sum(jnp.abs(adv) * mask) / jnp.maximum(jnp.sum(mask), 1.0),
+            update_kl=moved["k3_kl"],
+            update_clip_fraction=jnp.sum(outside * mask) / jnp.maximum(jnp.sum(mask), 1.0),
             **information_bandwidth(advantages=adv, response_mask=mask),
         )
         return TrainState(params, opt_state, state.step + 1), metrics

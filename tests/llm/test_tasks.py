@@ -34,9 +34,20 @@ def test_missing_eos_is_wrong_and_partial_credit():
     answers = _response("46", task.answer_len)
     assert float(task.reward(_response("46", 6, eos=False), answers)[0]) == 0.0
     partial = Task("addition", 2, reward_type="partial")
-    assert float(partial.reward(_response("47", 6), answers)[0]) == 0.5
+    assert float(partial.reward(_response("47", 6), answers)[0]) == pytest.approx(2 / 3)
     assert float(partial.reward(_response("46", 6), answers)[0]) == 1.0
-    assert partial.reward_text("12+34=", "47") == 0.5
+    assert partial.reward_text("12+34=", "47") == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize(("text", "reward"), [("46", 1.0), ("47", 2 / 3), ("467", 2 / 3),
+                                              ("4646", 2 / 3), ("4", 1 / 3), ("", 0.0),
+                                              ("64", 1 / 3), ("460", 2 / 3)])
+def test_partial_credit_counts_the_eos_position(text, reward):
+    # Against 46: the positions are 4, 6 and EOS; running past the answer loses EOS's third.
+    task = Task("addition", 2, reward_type="partial")
+    answers = _response("46", task.answer_len)
+    assert float(task.reward(_response(text, 6), answers)[0]) == pytest.approx(reward)
+    assert task.reward_text("12+34=", text) == pytest.approx(reward)
 
 
 @pytest.mark.parametrize("name", ["addition", "reverse", "sort"])

@@ -205,6 +205,27 @@ def check_finite_where(name: str, x, where, *, checked: bool = False) -> None:
         check_finite(name, jnp.where(where, x, 0), checked=checked)
 
 
+LOG_PROB_TOLERANCE = 1e-4
+"""How far above 0 a log-probability may round (a float32 log-softmax can give +1e-7)."""
+
+
+def check_log_prob_where(name: str, x, where=None, *, checked: bool = False) -> None:
+    """Raise ``ValueError`` if a concrete log-probability of ``x`` where ``where`` is true is
+    above 0 (a probability above 1: logits, or a sign error, passed as log-probs); traced: a
+    ``checkify.check`` when ``checked`` (see :func:`check_finite`)."""
+    message = f"{name}: expected log-probabilities <= 0 (probabilities <= 1)"
+    if _concrete(x) and (where is None or _concrete(where)):
+        values = np.asarray(x)
+        if where is not None:
+            values = np.where(np.asarray(where), values, 0.0)
+        if values.size and np.nanmax(values) > LOG_PROB_TOLERANCE:
+            bad = np.argwhere(values > LOG_PROB_TOLERANCE)[0]
+            raise ValueError(f"{message}, got {values[tuple(bad)]:.6g} at index {bad.tolist()}")
+    elif checked:
+        inside = x if where is None else jnp.where(where, x, 0.0)
+        checkify.check(jnp.all(~(inside > LOG_PROB_TOLERANCE)), message)
+
+
 def check_mask_values(name: str, mask, *, checked: bool = False) -> None:
     """Raise ``ValueError`` unless the concrete ``mask`` is finite and >= 0 (a 0/1 mask or
     non-negative token weights); traced: a ``checkify.check`` when ``checked``."""
@@ -216,6 +237,22 @@ def check_mask_values(name: str, mask, *, checked: bool = False) -> None:
             raise ValueError(f"{message}, got {values.min()}")
     elif checked:
         checkify.check(jnp.all(mask >= 0), message)
+
+
+def check_key(name: str, key) -> None:
+    """Raise ``TypeError`` unless ``key`` is one PRNG key: a typed key of shape ``()`` from
+    ``jax.random.key`` or a legacy ``(2,)`` uint32 key from ``jax.random.PRNGKey`` (static
+    dtype and shape only, so it costs nothing under ``jit``)."""
+    dtype = getattr(key, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if np.shape(key) == ():
+            return
+    elif dtype == jnp.uint32 and np.shape(key) == (2,):
+        return
+    got = (f"{type(key).__name__} {key!r}" if dtype is None
+           else f"an array of dtype {dtype} and shape {tuple(np.shape(key))}")
+    raise TypeError(f"{name}: expected one PRNG key (jax.random.key(seed) or "
+                    f"jax.random.PRNGKey(seed)), got {got}")
 
 
 def check_number(name: str, value, low: float | None = None, high: float | None = None, *,

@@ -183,7 +183,7 @@ def _add_deepsea_parser(sub: argparse._SubParsersAction) -> None:
     deep.add_argument("--seeds", type=positive_int, default=5, help="vmapped seeds")
     deep.add_argument("--episodes", type=positive_int, default=2000, help="episodes per seed")
     deep.add_argument("--out", required=True, help="output directory")
-    deep.add_argument("--seed", type=int, default=0, help="base seed")
+    deep.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
     deep.add_argument("--mapping-seed", type=non_negative_int, default=42,
                       help="bsuite action-mapping seed (>= 0)")
     deep.add_argument("--per-seed-mappings", action="store_true",

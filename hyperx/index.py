@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from hyperx import threefry
-from hyperx._validation import check_choice
+from hyperx._validation import check_choice, check_key
 
 INDEX_NAMES: tuple[str, ...] = ("gaussian", "sphere", "scaled_sphere", "coordinate", "one_hot",
                                 "cube")
@@ -64,6 +64,7 @@ class IndexDistribution(NamedTuple):
 
     def sample(self, key: jax.Array, shape: int | tuple[int, ...] = ()) -> jax.Array:
         """Draw indices of shape ``(*shape, dim)`` (float32). Cost O(prod(shape) * dim)."""
+        check_key("key", key)
         shape, m = _shape(shape), self.dim
         if self.name == "gaussian":
             return threefry.normal(key, (*shape, m))

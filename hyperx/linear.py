@@ -63,6 +63,7 @@ from hyperx._validation import (
     check_finite,
     check_floating,
     check_int,
+    check_key,
     check_memory,
     check_positive,
     check_shape,
@@ -157,15 +158,19 @@ def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
     if prior_mean is None:
         mu0 = np.zeros(dim, np.float32)
     else:
+        prior_mean = _host_array("prior_mean", prior_mean)
         check_shape("prior_mean", prior_mean, (dim,), "(d,)")
         check_floating("prior_mean", prior_mean)
+        check_finite("prior_mean", prior_mean)
         mu0 = np.asarray(prior_mean, np.float32)
     if prior_cov is None:
         cov = prior_var * np.eye(dim)
         chol = math.sqrt(prior_var) * np.eye(dim)
     else:
+        prior_cov = _host_array("prior_cov", prior_cov)
         check_shape("prior_cov", prior_cov, (dim, dim), "(d, d)")
         check_floating("prior_cov", prior_cov)
+        check_finite("prior_cov", prior_cov)
         cov = np.asarray(prior_cov, np.float64)
         if not np.allclose(cov, cov.T, rtol=1e-6, atol=1e-12 * np.abs(cov).max()):
             raise ValueError("prior_cov: expected a symmetric matrix")
@@ -174,6 +179,24 @@ def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
         except np.linalg.LinAlgError:
             raise ValueError("prior_cov: expected a positive-definite matrix") from None
     return mu0, np.asarray(cov, np.float32), np.asarray(chol, np.float32)
+
+
+def _host_array(name: str, x) -> np.ndarray:
+    """A prior given as an array or a (nested) list of numbers, as a NumPy array."""
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected an array of numbers, got {type(x).__name__}") from None
+
+
+def _check_state(state, dim: int, width: int, field: str, what: str) -> None:
+    """A state built for another model names the mismatch instead of a dot_general error."""
+    check_shape("state.mu", state.mu, (dim,), f"(d,) with d = {dim}")
+    got = np.shape(getattr(state, field))
+    if got != (dim, width):
+        raise ValueError(f"state.{field}: expected shape (d, {what}) = ({dim}, {width}) for "
+                         f"this model, got {got}: a state from a model with another "
+                         f"dimension or {what}?")
 
 
 def _symmetrise(a: jax.Array) -> jax.Array:
@@ -239,7 +262,12 @@ def _check_common(index_dim: int, noise_std: float, index: str) -> None:
 
 def _sample_shape(shape: Shape) -> tuple[int, ...]:
     """``shape`` as a tuple of non-negative ints (one-line error otherwise)."""
-    dims = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if isinstance(shape, int | np.integer):
+        dims = (shape,)
+    elif isinstance(shape, tuple | list):
+        dims = tuple(shape)
+    else:
+        raise TypeError(f"shape: expected an int or a tuple of ints, got {shape!r}")
     for n in dims:
         check_int("shape", n, low=0)
     return dims
@@ -255,6 +283,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
     zeta_scale = 1.0 / math.sqrt(sampler.scale)
 
     def init(key: jax.Array):
+        check_key("key", key)
         rows = make_index("sphere", index_dim).sample(key, (dim,))
         a0 = chol0 @ rows
         mu, sigma = jnp.asarray(mu0), jnp.asarray(cov0)
@@ -264,6 +293,8 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
         return RecomputeState(mu, sigma, a0, p0)
 
     def update(state, key: jax.Array, x: jax.Array, y: jax.Array):
+        _check_state(state, dim, index_dim, "factor", "M")
+        check_key("key", key)
         x, y = _check_xy(dim, x, y, checked)
         u = perturbation(key)
         k, sigma = _kalman(state.sigma, x, noise_var)
@@ -276,6 +307,8 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
 
     def update_batch(state, key: jax.Array, xs: jax.Array, ys: jax.Array,
                      mask: jax.Array | None = None):
+        _check_state(state, dim, index_dim, "factor", "M")
+        check_key("key", key)
         xs, ys = _check_batch(dim, xs, ys, mask, checked)
         if xs.shape[0] == 0:
             return state
@@ -289,6 +322,8 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
         return RecomputeState(mu, sigma, sigma @ p, p)
 
     def sample(state, key: jax.Array, shape: Shape = ()) -> jax.Array:
+        _check_state(state, dim, index_dim, "factor", "M")
+        check_key("key", key)
         zeta = zeta_scale * sampler.sample(key, _sample_shape(shape))
         return state.mu + jnp.einsum("ij,...j->...i", state.factor, zeta)
 
@@ -357,7 +392,7 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
     noise_var = noise_std**2
 
     def init(key: jax.Array) -> ExactPosteriorState:
-        del key
+        check_key("key", key)
         return ExactPosteriorState(jnp.asarray(mu0), jnp.asarray(cov0), jnp.asarray(chol0))
 
     def step(state: ExactPosteriorState, x: jax.Array, y: jax.Array) -> ExactPosteriorState:
@@ -371,16 +406,20 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
 
     def update(state: ExactPosteriorState, key: jax.Array, x: jax.Array,
                y: jax.Array) -> ExactPosteriorState:
-        del key
+        _check_state(state, dim, dim, "sqrt_cov", "d")
+        check_key("key", key)
         return step(state, *_check_xy(dim, x, y, checked))
 
     def update_batch(state: ExactPosteriorState, key: jax.Array, xs: jax.Array, ys: jax.Array,
                      mask: jax.Array | None = None) -> ExactPosteriorState:
-        del key
+        _check_state(state, dim, dim, "sqrt_cov", "d")
+        check_key("key", key)
         xs, ys = _check_batch(dim, xs, ys, mask, checked)
         return jax.lax.scan(lambda s, xy: (step(s, *xy), None), state, (xs, ys))[0]
 
     def sample(state: ExactPosteriorState, key: jax.Array, shape: Shape = ()) -> jax.Array:
+        _check_state(state, dim, dim, "sqrt_cov", "d")
+        check_key("key", key)
         z = jax.random.normal(key, (*_sample_shape(shape), dim), jnp.float32)
         return state.mu + jnp.einsum("ij,...j->...i", state.sqrt_cov, z)
 

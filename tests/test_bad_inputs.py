@@ -57,7 +57,16 @@ CLI_CASES = [
     ([*TINY_BANDIT, "--agents", "ensemble_pp:M=2.5", "--out", "{tmp}/o"],
      "option M: expected an integer, got 2.5"),
     ([*TINY_BANDIT, "--agents", "neural_epinet:width=0", "--out", "{tmp}/o"], "config.hidden"),
-    ([*TINY_BANDIT, "--seed", "-1", "--out", "{tmp}/o"], "--seed, --seeds"),
+    ([*TINY_BANDIT, "--seed", "-1", "--out", "{tmp}/o"],
+     "argument --seed: expected an integer in [0, 2147483647], got '-1'"),
+    ([*TINY_BANDIT, "--seed", "2147483647", "--out", "{tmp}/o"], "--seed, --seeds"),
+    # issue 24: integers that overflowed
+    ([*TINY_DEEPSEA, "--seed", "99999999999999999999", "--out", "{tmp}/o"],
+     "argument --seed: expected an integer in [0, 2147483647] (the int32 range"),
+    (["llm", "--seed", "99999999999999999999", "--out", "{tmp}/o"],
+     "argument --seed: expected an integer in [0, 2147483647]"),
+    (["llm", "--warmup-steps", "99999999999", "--out", "{tmp}/o"],
+     "argument --warmup-steps: expected an integer in [0, 2147483647]"),
     # 11: sizes that cannot fit, the int32 range, options that make no sense
     ([*TINY_BANDIT[:-5], "--seeds", "1e8", "--quiet", "--out", "{tmp}/o"],
      "--seeds 100000000: needs an estimated"),
@@ -201,7 +210,8 @@ PYTHON_CASES = [
      lambda: (lambda m: m.sample(m.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1), (-1,)))(
          _linear("ensemble_pp", noise_std=1.0)), "shape: expected an integer in [0,"),
     ("exact_posterior sample (2, -3)",
-     lambda: (lambda m: m.sample(m.init(None), jax.random.PRNGKey(1), (2, -3)))(
+     lambda: (lambda m: m.sample(m.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1),
+                                 (2, -3)))(
          _linear("exact_posterior", noise_std=1.0)), "shape: expected an integer in [0,"),
     ("run_bandit(horizon=2**31)",
      lambda: __import__("hyperx.experiment", fromlist=["x"]).run_bandit(
@@ -217,6 +227,111 @@ PYTHON_CASES = [
          __import__("hyperx.agents", fromlist=["x"]).get_config("dqn"), 30000, 100000),
      "int32 step counter"),
 ]
+
+
+def _llm(name):
+    from hyperx.llm import baselines, corrections, objectives, train
+
+    return {"baselines": baselines, "corrections": corrections, "objectives": objectives,
+            "train": train}[name]
+
+
+def _correction(preset, **arrays):
+    shape = (1, 2)
+    args = {"old_log_prob": -jnp.ones(shape), "rollout_log_prob": -jnp.ones(shape),
+            "response_mask": jnp.ones(shape), **arrays}
+    return _llm("corrections").rollout_correction(_llm("train").correction_preset(preset),
+                                                   **args)
+
+
+PYTHON_CASES += [
+    # issue 24, silent non-finite values in the API
+    ("ensemble_pp(prior_mean with nan)",
+     lambda: _linear("ensemble_pp", noise_std=1.0, prior_mean=np.array([NAN, 0.0, 0.0])),
+     "prior_mean: expected finite values, got NaN or inf at index [0]"),
+    ("ensemble_pp(prior_cov with inf)",
+     lambda: _linear("ensemble_pp", noise_std=1.0,
+                     prior_cov=np.diag([1.0, INF, 1.0]).astype(np.float32)),
+     "prior_cov: expected finite values"),
+    ("exact_posterior(prior_mean with inf)",
+     lambda: _linear("exact_posterior", noise_std=1.0, prior_mean=np.array([0.0, INF, 0.0])),
+     "prior_mean: expected finite values"),
+    ("aggregate_loss(nan loss)",
+     lambda: _llm("objectives").aggregate_loss(jnp.array([[1.0, NAN]]), mask=jnp.ones((1, 2)),
+                                               agg="token-mean"),
+     "loss_mat: expected finite values, got NaN or inf at index [0, 1]"),
+    ("returns_to_go(nan rewards)",
+     lambda: _llm("baselines").returns_to_go(token_rewards=jnp.array([[[0.0, NAN]]]),
+                                             response_mask=jnp.ones((1, 1, 2))),
+     "token_rewards: expected finite values"),
+    ("log_prob_and_sum_sq(nan logits)",
+     lambda: _llm("baselines").log_prob_and_sum_sq(jnp.full((1, 2, 5), NAN),
+                                                   jnp.zeros((1, 2), jnp.int32)),
+     "logits: expected finite values"),
+    # out-of-range discrete inputs
+    ("log_prob_and_sum_sq(tokens = 7 with V = 5)",
+     lambda: _llm("baselines").log_prob_and_sum_sq(jnp.zeros((1, 2, 5)),
+                                                   jnp.array([[0, 7]], jnp.int32)),
+     "tokens: expected integers in [0, 4], got 7"),
+    ("log_prob_and_sum_sq(token -1)",
+     lambda: _llm("baselines").log_prob_and_sum_sq(jnp.zeros((1, 2, 5)),
+                                                   jnp.array([[0, -1]], jnp.int32)),
+     "tokens: expected integers in [0, 4], got -1"),
+    ("topk_bucket_kl(ids outside the vocabulary)",
+     lambda: _llm("corrections").topk_bucket_kl(
+         rollout_topk_log_probs=jnp.log(jnp.full((1, 1, 2), 0.4)),
+         rollout_topk_ids=jnp.array([[[1, 9]]], jnp.int32), train_logits=jnp.zeros((1, 1, 5))),
+     "rollout_topk_ids: expected integers in [0, 4], got 9"),
+    # misuse of the corrections
+    ("rollout_correction(log-probs > 0)",
+     lambda: _correction("token_tis", old_log_prob=jnp.array([[-1.0, 0.7]])),
+     "old_log_prob: expected log-probabilities <= 0 (probabilities <= 1), got 0.7 at index "
+     "[0, 1]"),
+    ("policy_loss(log_prob = 2)",
+     lambda: _llm("objectives").policy_loss(
+         _llm("objectives").ObjectiveConfig(), log_prob=jnp.full((1, 2), 2.0),
+         old_log_prob=-jnp.ones((1, 2)), advantages=jnp.ones((1, 2)), mask=jnp.ones((1, 2))),
+     "log_prob: expected log-probabilities <= 0"),
+    ("topk_bucket_kl(positive top-k log-probs)",
+     lambda: _llm("corrections").topk_bucket_kl(
+         rollout_topk_log_probs=jnp.full((1, 1, 2), 0.5),
+         rollout_topk_ids=jnp.array([[[1, 2]]], jnp.int32), train_logits=jnp.zeros((1, 1, 5))),
+     "rollout_topk_log_probs: expected log-probabilities <= 0"),
+    # deep errors instead of named ones
+    ("ensemble_pp(...).init(0)",
+     lambda: _linear("ensemble_pp", noise_std=1.0).init(0),
+     "key: expected one PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), got int 0"),
+    ("ensemble_pp sample with a batch of keys",
+     lambda: (lambda m: m.sample(m.init(jax.random.key(0)), jax.random.split(
+         jax.random.key(1), 3)))(_linear("ensemble_pp", noise_std=1.0)),
+     "key: expected one PRNG key"),
+    ("a d = 4 state passed to a d = 3 model",
+     lambda: _linear("ensemble_pp", noise_std=1.0).update(
+         __import__("hyperx.linear", fromlist=["x"]).ensemble_pp(4, 4, noise_std=1.0).init(
+             jax.random.key(0)), jax.random.key(1), jnp.ones(3), jnp.float32(1.0)),
+     "state.mu: expected shape (d,) with d = 3 = (3,), got (4,)"),
+    ("an M = 2 state passed to an M = 4 model",
+     lambda: _linear("ensemble_pp", noise_std=1.0).sample(
+         __import__("hyperx.linear", fromlist=["x"]).ensemble_pp(3, 2, noise_std=1.0).init(
+             jax.random.key(0)), jax.random.key(1)),
+     "state.factor: expected shape (d, M) = (3, 4) for this model, got (3, 2)"),
+    ("model.sample(state, key, 2.5)",
+     lambda: (lambda m: m.sample(m.init(jax.random.key(0)), jax.random.key(1), 2.5))(
+         _linear("ensemble_pp", noise_std=1.0)),
+     "shape: expected an int or a tuple of ints, got 2.5"),
+    ("token_kl(logits of different vocabularies)",
+     lambda: _llm("corrections").token_kl(rollout_logits=jnp.zeros((1, 2, 5)),
+                                          train_logits=jnp.zeros((1, 2, 6))),
+     "train_logits: expected shape rollout_logits.shape (one vocabulary) = (1, 2, 5), got "
+     "(1, 2, 6)"),
+]
+
+
+def test_prior_mean_as_a_list_works():
+    from hyperx.linear import ensemble_pp
+
+    model = ensemble_pp(3, 4, noise_std=1.0, prior_mean=[1.0, 0.0, 0.0])
+    np.testing.assert_allclose(np.asarray(model.init(jax.random.key(0)).mu), [1.0, 0.0, 0.0])
 
 
 @pytest.mark.parametrize("name, call, message", PYTHON_CASES, ids=[c[0] for c in PYTHON_CASES])

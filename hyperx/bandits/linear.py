@@ -166,9 +166,8 @@ def linucb(alpha: float | None = None, *, confidence: str = "fixed", delta: floa
     noise_var = noise_std**2
 
     def init(key: Array, spec: BanditSpec) -> LinUCBState:
-        del key
         dim = spec.context_dim
-        post = linear.exact_posterior(dim, noise_std=noise_std, prior_var=prior_var).init(None)
+        post = linear.exact_posterior(dim, noise_std=noise_std, prior_var=prior_var).init(key)
         arms = spec.arms
         if spec.fixed_arms and arms is not None:
             check_shape("spec.arms", arms, (spec.num_arms, dim), "(K, d)")

@@ -54,6 +54,7 @@ from hyperx._argparse import (
     add_run_dir_options,
     fail,
     interrupted,
+    non_negative_int,
     positive_int,
 )
 from hyperx._rundir import prepare_out, write_atomic, write_manifest
@@ -106,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--env text: a transformers Flax causal LM folder or cached hub name")
     parser.add_argument("--steps", type=positive_int, default=500, help="horizon T")
     parser.add_argument("--seeds", type=positive_int, default=64, help="seeds per agent")
-    parser.add_argument("--seed", type=int, default=0, help="base seed")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
     parser.add_argument("--agents", default="exact_ts,linucb,ensemble_pp",
                         help="NAME[:KEY=VALUE,...] list (see --list-agents); names: "
                              + ", ".join(LEARNERS))

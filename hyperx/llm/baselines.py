@@ -49,9 +49,11 @@ import jax.numpy as jnp
 from jax import lax
 
 from hyperx._validation import (
+    check_finite,
     check_finite_where,
     check_flag,
     check_floating,
+    check_index,
     check_integer,
     check_number,
     check_rank,
@@ -121,6 +123,8 @@ def log_prob_and_sum_sq(logits: jax.Array, tokens: jax.Array) -> tuple[jax.Array
     check_floating("logits", logits)
     check_integer("tokens", tokens)
     check_shape("tokens", tokens, jnp.shape(logits)[:-1], "logits.shape[:-1]")
+    check_index("tokens", tokens, jnp.shape(logits)[-1])
+    check_finite("logits", logits)
     sum_sq, u, log_s1 = _shifted_sum_sq(logits)
     u_y = jnp.take_along_axis(u, tokens[..., None].astype(jnp.int32), axis=-1)[..., 0]
     return u_y - log_s1, lax.stop_gradient(sum_sq)
@@ -149,6 +153,7 @@ def returns_to_go(*, token_rewards: jax.Array, response_mask: jax.Array) -> jax.
     """Undiscounted reward-to-go ``G_t = sum_{j>=t} m_j r_j`` along the last axis."""
     check_shape("token_rewards", token_rewards, jnp.shape(response_mask), "response_mask.shape")
     check_floating("token_rewards", token_rewards)
+    check_finite_where("token_rewards", token_rewards, jnp.asarray(response_mask) > 0)
     r = jnp.where(response_mask > 0, token_rewards.astype(float_dtype(token_rewards)), 0.0)
     return lax.cumsum(r, axis=r.ndim - 1, reverse=True)
 

@@ -20,21 +20,11 @@ import os
 import time
 from collections.abc import Sequence
 
-from hyperx._argparse import OneLineParser, fail, positive_int
+from hyperx._argparse import OneLineParser, fail, non_negative_int, positive_int
 
 PLOTTED = (("reward", "mean reward"), ("response_length", "response length (tokens)"),
            ("mismatch_kl", "mismatch KL (k1)"), ("grad_norm", "gradient norm"),
            ("ess", "ESS of the weights"), ("lr", "learning rate"))
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
 
 
 def _positive_float(text: str) -> float:
@@ -56,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--difficulty", type=positive_int, default=2,
                         help="digits (addition) or string length: sets the response length")
     parser.add_argument("--reward", choices=REWARDS, default="exact", help="reward type")
-    parser.add_argument("--steps", type=_nonneg_int, default=300, help="RL steps")
+    parser.add_argument("--steps", type=non_negative_int, default=300, help="RL steps")
     parser.add_argument("--prompts", type=positive_int, default=16, help="prompts per step G")
     parser.add_argument("--group-size", type=positive_int, default=8,
                         help="responses per prompt N")
@@ -70,10 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="constant, or the length-aware scale")
     parser.add_argument("--rollout-dtype", choices=ROLLOUT_DTYPES, default="bfloat16",
                         help="numeric path of the sampler")
-    parser.add_argument("--lag", type=_nonneg_int, default=0,
+    parser.add_argument("--lag", type=non_negative_int, default=0,
                         help="the sampler's parameters are LAG updates stale")
     parser.add_argument("--ppo-epochs", type=positive_int, default=1, help="steps per batch")
-    parser.add_argument("--warmup-steps", type=_nonneg_int, default=600,
+    parser.add_argument("--warmup-steps", type=non_negative_int, default=600,
                         help="supervised warm-up steps before RL")
     parser.add_argument("--d-model", type=positive_int, default=64, help="transformer width")
     parser.add_argument("--layers", type=positive_int, default=2, help="transformer layers")
@@ -81,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hf-path", default=None,
                         help="directory of a transformers Flax causal LM to train instead "
                              "(its vocabulary must cover the task's character ids)")
-    parser.add_argument("--seed", type=int, default=0, help="seed")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed")
     parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from hyperx._validation import (
@@ -39,7 +40,9 @@ from hyperx._validation import (
     check_finite_where,
     check_flag,
     check_floating,
+    check_index,
     check_integer,
+    check_log_prob_where,
     check_number,
     check_rank,
     check_shape,
@@ -284,6 +287,10 @@ def token_kl(*, rollout_logits: Array, train_logits: Array) -> Array:
     """Exact ``KL(mu(.|c_t) || pi(.|c_t)) = sum_v mu_v (log mu_v - log pi_v)``, ``[B, T]``.
 
     Computed in the logits' floating dtype (at least float32)."""
+    check_floating("rollout_logits", rollout_logits)
+    check_floating("train_logits", train_logits)
+    check_shape("train_logits", train_logits, np.shape(rollout_logits),
+                "rollout_logits.shape (one vocabulary)")
     dtype = float_dtype(rollout_logits, train_logits)
     log_mu = jax.nn.log_softmax(rollout_logits.astype(dtype), axis=-1)
     log_pi = jax.nn.log_softmax(train_logits.astype(dtype), axis=-1)
@@ -298,6 +305,15 @@ def topk_bucket_kl(*, rollout_topk_log_probs: Array, rollout_topk_ids: Array,
     deterministic map of the token, so by the data processing inequality this is a LOWER bound
     of the full ``KL(mu || pi)``: TRM from top-k logits can miss violations, never invent them.
     """
+    check_floating("rollout_topk_log_probs", rollout_topk_log_probs)
+    check_floating("train_logits", train_logits)
+    check_shape("rollout_topk_ids", rollout_topk_ids, np.shape(rollout_topk_log_probs),
+                "rollout_topk_log_probs.shape (B, T, K)")
+    check_shape("train_logits", train_logits, (*np.shape(rollout_topk_log_probs)[:-1], None),
+                "(B, T, V)")
+    check_integer("rollout_topk_ids", rollout_topk_ids)
+    check_index("rollout_topk_ids", rollout_topk_ids, np.shape(train_logits)[-1])
+    check_log_prob_where("rollout_topk_log_probs", rollout_topk_log_probs)
     dtype = float_dtype(rollout_topk_log_probs, train_logits)
     log_pi_full = jax.nn.log_softmax(train_logits.astype(dtype), axis=-1)
     log_mu = rollout_topk_log_probs.astype(dtype)
@@ -364,6 +380,8 @@ def _check_inputs(old_log_prob, rollout_log_prob, response_mask, rollout_logits,
         check_shape("rollout_topk_ids", rollout_topk_ids, rollout_topk_log_probs.shape,
                     "(B, T, K)")
         check_integer("rollout_topk_ids", rollout_topk_ids)
+        check_index("rollout_topk_ids", rollout_topk_ids, old_logits.shape[-1])
+        check_log_prob_where("rollout_topk_log_probs", rollout_topk_log_probs)
     else:
         raise ValueError("rollout_logits: expected [B, T, V] rollout logits (or both "
                          "rollout_topk_log_probs and rollout_topk_ids) when trm_kl is set")
@@ -402,8 +420,9 @@ def rollout_correction(config: CorrectionConfig, *, old_log_prob: Array,
     dtype = float_dtype(old_log_prob, rollout_log_prob)
     mask_in = jnp.asarray(response_mask)
     valid = mask_in > 0
-    check_finite_where("old_log_prob", old_log_prob, valid, checked=check_finite)
-    check_finite_where("rollout_log_prob", rollout_log_prob, valid, checked=check_finite)
+    for name, x in (("old_log_prob", old_log_prob), ("rollout_log_prob", rollout_log_prob)):
+        check_finite_where(name, x, valid, checked=check_finite)
+        check_log_prob_where(name, x, valid, checked=check_finite)
     log_rho = clamped_log_ratio(old_log_prob.astype(dtype), rollout_log_prob.astype(dtype), valid)
     keep = jnp.ones(log_rho.shape, dtype)
     extra: dict[str, Array] = {}

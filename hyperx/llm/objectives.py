@@ -40,6 +40,7 @@ from hyperx._validation import (
     check_flag,
     check_floating,
     check_int,
+    check_log_prob_where,
     check_mask_values,
     check_number,
     check_rank,
@@ -158,6 +159,8 @@ def aggregate_loss(loss_mat: Array, *, mask: Array, agg: str, denominator: Array
     check_int("dp_size", dp_size)
     check_rank("loss_mat", loss_mat, 2)
     check_shape("mask", mask, loss_mat.shape, "(B, T)")
+    check_mask_values("mask", mask)
+    check_finite_where("loss_mat", loss_mat, jnp.asarray(mask) > 0)
     if dp_size > 1 and agg != "token-sum" and denominator is None:
         raise ValueError(f"denominator: expected the global denominator (loss_denominator on "
                          f"the global batch) when dp_size = {dp_size} > 1 with agg={agg!r}")
@@ -237,6 +240,8 @@ def policy_loss(config: ObjectiveConfig, *, log_prob: Array, old_log_prob: Array
                     ("advantages", advantages), ("weights", weights)):
         if x is not None and (name != "old_log_prob" or config.loss == "ppo"):
             check_finite_where(name, x, keep, checked=check_finite)
+            if name.endswith("log_prob"):
+                check_log_prob_where(name, x, keep, checked=check_finite)
     dtype = float_dtype(log_prob, old_log_prob, advantages, weights)
     m = jnp.where(keep, mask.astype(dtype), 0.0)
     adv = jax.lax.stop_gradient(jnp.where(keep, advantages.astype(dtype), 0.0))

@@ -21,10 +21,12 @@ from hyperx.llm.corrections import (
 def _run(config, log_rho, mask=None, **kw):
     log_rho = jnp.asarray(log_rho, jnp.float32)
     mask = jnp.ones_like(log_rho) if mask is None else jnp.asarray(mask, jnp.float32)
+    # Both log-probs shifted below 0 by an integer (exact in float32), log rho unchanged.
+    shift = float(np.ceil(np.nanmax(np.where(np.isfinite(log_rho), log_rho, 0.0)))) + 1.0
     return rollout_correction(
         config,
-        old_log_prob=log_rho,
-        rollout_log_prob=jnp.zeros_like(log_rho),
+        old_log_prob=log_rho - shift,
+        rollout_log_prob=jnp.full_like(log_rho, -shift),
         response_mask=mask,
         **kw,
     )
@@ -351,9 +353,9 @@ def test_all_tokens_rejected_reports_fully_masked():
 
 def test_jit_and_stop_gradient():
     cfg = CorrectionConfig.geo_mask_token_tis()
-    log_rho = jnp.array([[0.3, -0.2], [0.1, 0.0]])
+    log_rho = jnp.array([[0.3, -0.2], [0.1, 0.0]]) - 1.0  # log-probs <= 0; rho as before
     mask = jnp.ones((2, 2))
-    kw = dict(rollout_log_prob=jnp.zeros((2, 2)), response_mask=mask)
+    kw = dict(rollout_log_prob=jnp.full((2, 2), -1.0), response_mask=mask)
     jitted = jax.jit(rollout_correction, static_argnums=0)(cfg, old_log_prob=log_rho, **kw)
     eager = rollout_correction(cfg, old_log_prob=log_rho, **kw)
     np.testing.assert_allclose(jitted.weights, eager.weights)
@@ -488,7 +490,7 @@ def _np_log_rho(old, roll, mask):
 def test_float64_in_float64_out_matches_numpy(x64, config):
     # Item 8: float64 inputs were computed in and returned as float32.
     rng = np.random.default_rng(0)
-    old = -np.abs(rng.standard_normal((3, 5)))
+    old = -np.abs(rng.standard_normal((3, 5))) - 2.0
     roll = old + 0.3 * rng.standard_normal((3, 5))
     mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], np.int32)
     out = rollout_correction(config, old_log_prob=jnp.asarray(old),

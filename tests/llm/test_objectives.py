@@ -37,8 +37,8 @@ def test_reinforce_gradient_is_minus_w_a_over_n():
 def test_ppo_clip_gradient_by_case():
     # log-ratios: 0.1 inside; 0.4 above 1+eps with A>0 (clipped, grad 0); -0.4 below 1-eps with
     # A<0 (clipped, grad 0); 0.4 above 1+eps with A<0 (unclipped side is worse, grad -A r)
-    old = jnp.zeros((1, 4))
-    lp = jnp.array([[0.1, 0.4, -0.4, 0.4]])
+    old = -jnp.ones((1, 4))  # log-probs <= 0; the log-ratios below are lp - old
+    lp = jnp.array([[0.1, 0.4, -0.4, 0.4]]) - 1.0
     adv = jnp.array([[1.0, 1.0, -1.0, -1.0]])
     mask = jnp.ones((1, 4))
     w = jnp.array([[2.0, 1.0, 1.0, 0.5]])
@@ -78,8 +78,8 @@ def test_dual_clip_caps_negative_advantage_loss():
 
 
 def test_asymmetric_clip():
-    old = jnp.zeros((1, 1))
-    lp = jnp.array([[0.25]])
+    old = -jnp.ones((1, 1))
+    lp = jnp.array([[0.25]]) - 1.0
     adv = jnp.ones((1, 1))
     loss = policy_loss(
         ObjectiveConfig(clip_eps=0.2, clip_eps_high=0.28),
@@ -139,7 +139,7 @@ def test_micro_batch_invariance(agg):
     # 4 micro-batches of 2 responses; the global denominator comes from the full batch
     k1, k2, k3, k4 = jax.random.split(jax.random.key(3), 4)
     b, t = 8, 6
-    lp = -jnp.abs(jax.random.normal(k1, (b, t)))
+    lp = -jnp.abs(jax.random.normal(k1, (b, t))) - 1.0
     old = lp + 0.1 * jax.random.normal(k2, (b, t))
     adv = jax.random.normal(k3, (b, t))
     lengths = jax.random.randint(k4, (b,), 0, t + 1)
@@ -293,7 +293,7 @@ def test_long_sequence_with_drift_gives_finite_loss():
     # T = 32,768, log-ratio noise std 0.05 and drift +0.01 per token (sum ~ 328 before clamping)
     t = 32_768
     k1, k2 = jax.random.split(jax.random.key(1))
-    lp = -jnp.abs(jax.random.normal(k1, (2, t)))
+    lp = -jnp.abs(jax.random.normal(k1, (2, t))) - 1.0
     mu = lp - (0.01 + 0.05 * jax.random.normal(k2, (2, t)))
     old = lp
     mask = jnp.ones((2, t))

@@ -20,7 +20,7 @@ from hyperx.llm import (
 from hyperx.llm.verl import PRESETS, parse_is_threshold, parse_rs_options
 
 RNG = np.random.default_rng(0)
-OLD = -np.abs(RNG.standard_normal((6, 8))).astype(np.float32)
+OLD = (-np.abs(RNG.standard_normal((6, 8))) - 2.0).astype(np.float32)  # log-probs <= 0
 ROLL = (OLD + 0.4 * RNG.standard_normal((6, 8))).astype(np.float32)
 MASK = (np.arange(8)[None] < np.array([8, 7, 5, 3, 2, 1])[:, None]).astype(np.float32)
 

@@ -150,8 +150,22 @@ def _parity_phrases() -> list[str]:
     return phrases
 
 
+def _llm_phrases() -> list[str]:
+    """The float32 LLM RL reference: held-out greedy and sampled reward from the warm start to
+    the end of the run, mean over seeds with the 95% interval, and the seeds' count."""
+    out = _load("llm_reference.json")
+    warm, runs = out["warm_start"], out["runs"][out["reference"]]["summary"]
+    phrases = []
+    for measure in ("greedy", "sampled"):
+        final = runs[f"{measure}_final"]
+        lo, hi = final["ci95"]
+        phrases.append(f"{measure} reward {warm[measure]:.3f} -> {final['mean']:.3f} "
+                       f"[{lo:.3f}, {hi:.3f}] ({len(final['values'])} seeds")
+    return phrases
+
+
 @pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases()
-                         + _parity_phrases())
+                         + _parity_phrases() + _llm_phrases())
 def test_readme_states_the_result_file(phrase):
     assert " ".join(phrase.split()) in _readme(), f"README.md does not say: {phrase!r}"
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import sys
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from atari_parity import t_interval
 from llm_common import RESULTS, SETUP
 
 from hyperx.llm.tasks import Task
@@ -60,15 +60,6 @@ TUNED = RESULTS / "llm_reference_tune.json"
 """``picked``: the candidate the held-out seeds chose (the reference the report runs)."""
 CURVE_KEYS = ("reward", "response_length", "update_kl", "update_clip_fraction", "grad_norm",
               "zero_signal_groups", "tokens_total")
-
-
-def t_interval(x) -> list[float]:
-    """95% Student-t interval of the mean over seeds."""
-    from scipy import stats
-
-    x = np.asarray(x, np.float64)
-    half = stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
-    return [float(x.mean() - half), float(x.mean() + half)]
 
 
 def config(name: str) -> RLConfig:
@@ -116,10 +107,10 @@ def summary(seeds: list[dict]) -> dict:
         for where, idx in (("start", 0), ("final", -1)):
             x = [s["evals"][idx][measure] for s in seeds]
             out[f"{measure}_{where}"] = {"mean": float(np.mean(x)), "values": x,
-                                         "ci95": t_interval(x) if len(x) > 1 else None}
+                                         "ci95": t_interval(x)["ci95"]}
     for key in ("train_reward_first10", "train_reward_last10"):
         x = [s[key] for s in seeds]
-        out[key] = {"mean": float(np.mean(x)), "ci95": t_interval(x) if len(x) > 1 else None}
+        out[key] = {"mean": float(np.mean(x)), "ci95": t_interval(x)["ci95"]}
     out["seconds_per_step"] = float(np.mean([s["seconds"] for s in seeds])
                                     / len(seeds[0]["curves"]["reward"]))
     return out
@@ -210,7 +201,7 @@ def plot(payload: dict, path: str) -> None:
                 ax.plot(steps, row, "o", color=color, ms=3, alpha=0.5)
             ax.plot(steps, y.mean(0), "-", color=color, label=name)
             if len(y) > 1:
-                band = np.array([t_interval(col) for col in y.T])
+                band = np.array([t_interval(col)["ci95"] for col in y.T])
                 ax.fill_between(steps, band[:, 0], band[:, 1], color=color, alpha=0.15)
         for ax, key in zip(axes[2:], ("reward", "update_kl"), strict=True):
             y = np.mean([s["curves"][key] for s in r["seeds"]], axis=0)

@@ -141,26 +141,30 @@ def test_bad_config_raises():
 
 
 @pytest.mark.slow
-def test_thirty_rl_steps_on_addition_raise_the_mean_reward():
-    # 2-digit addition, answer least significant digit first, exact 0/1 reward; 300 warm-up
-    # steps leave the policy right on ~30% of sampled answers. 30 steps of GRPO + token TIS
-    # with a bf16 sampler: +0.10 and +0.12 on seeds 2 and 3 when this test was written (batch
-    # means of 128 responses have a standard error of ~0.04, ~0.013 over 10 steps).
-    task = Task("addition", 2, reverse_digits=True)
+def test_a_bf16_sampler_with_token_tis_raises_the_held_out_reward():
+    # The reference task and config of benchmarks/llm_reference.py (2-digit addition, partial
+    # credit, 60 warm-up steps; 64 prompts x 8, Adam 1e-3) with a bf16 sampler corrected by
+    # token TIS, 60 RL steps on seed 2. On seeds 0-3 the held-out greedy reward of 512 prompts
+    # rose 0.375 -> 0.447-0.469 and the sampled one 0.377 -> 0.446-0.450 when this test was
+    # written; the margin 0.03 is about twice the standard error of such a difference.
+    # (It replaces a 30-step test on 16-prompt batch means that passed or failed with the
+    # machine's bf16 rounding: its signal, +0.03, was the size of its noise.)
+    task = Task("addition", 2, reward_type="partial")
     module = Transformer(vocab_size=task.tokenizer.vocab_size, d_model=64, num_layers=2,
-                         num_heads=4, mlp_hidden=128, max_len=16)
+                         num_heads=4, mlp_hidden=128, max_len=task.prompt_len + task.answer_len + 2)
     train_lm, rollout_lm = transformer_lms(module, "bfloat16")
-    p0 = module.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
-    p0, _ = supervised_warmup(train_lm, p0, task, jax.random.key(1), steps=300)
-    config = RLConfig(prompts_per_step=16, group_size=8, learning_rate=1e-3, advantage="grpo",
+    p0 = module.init(jax.random.key(0), jnp.zeros((1, task.prompt_len), jnp.int32))
+    p0, _ = supervised_warmup(train_lm, p0, task, jax.random.key(1), steps=60)
+    config = RLConfig(prompts_per_step=64, group_size=8, learning_rate=1e-3,
                       correction=correction_preset("token_tis"))
     tr = make_trainer(train_lm, rollout_lm, task, config)
-    state, history = train(tr, tr.init(p0), jax.random.key(2), 30)
-    rewards = np.array([h["reward"] for h in history])
-    assert rewards[-10:].mean() > rewards[:5].mean() + 0.04, rewards
-    before = float(evaluate(train_lm, p0, task, jax.random.key(9), 256))
-    after = float(evaluate(train_lm, state.params, task, jax.random.key(9), 256))
-    assert after > before, (before, after)
+    state, history = train(tr, tr.init(p0), jax.random.key(2), 60)
+    assert np.mean([h["k3_kl"] for h in history]) > 0  # the bf16 sampler does differ
+    for greedy in (True, False):
+        before = float(evaluate(train_lm, p0, task, jax.random.key(999), 512, greedy=greedy))
+        after = float(evaluate(train_lm, state.params, task, jax.random.key(999), 512,
+                               greedy=greedy))
+        assert after > before + 0.03, (greedy, before, after)
 
 
 @pytest.mark.slow

@@ -1,0 +1,333 @@
+"""No-regret learners for repeated games, one player each, as pure functions.
+
+A :class:`GameLearner` is a NamedTuple of pure functions (as :class:`hyperx.bandits.Learner`)::
+
+    state = learner.init(key, payoff_range)    # payoff_range (2,): the player's [min, max]
+    x     = learner.strategy(state)            # (K_i,) mixed strategy of this round
+    state = learner.update(state, key, feedback)
+
+Each round every player draws its action from its strategy; then it sees a :class:`Feedback`:
+the joint action played, its own payoff plus N(0, sigma^2) noise (bandit feedback) and the
+noise-free payoffs of all its actions against the others' actions (full information, used by
+Hedge only). Payoffs are rescaled to ``[0, 1]`` with the known range (as the authors' code does)
+and losses are ``1 - scaled payoff``. Regret bounds (T rounds, K actions, losses in [0, 1]):
+
+* :func:`hedge` (Freund and Schapire 1997), full information, ``eta = sqrt(8 ln K / T)``:
+  ``sum_t <x_t, l_t> - min_a sum_t l_t(a) <= sqrt(T ln K / 2)`` for every loss sequence
+  (Cesa-Bianchi and Lugosi 2006, Theorem 2.2).
+* :func:`exp3p` (Exp3.P, Auer et al. 2002, with the parameters of Bubeck and Cesa-Bianchi 2012,
+  Theorem 3.3, as in the GP-MW authors' code; their "EXP3"): ``beta = sqrt(ln(K / delta) /
+  (T K))``, ``gamma = 1.05 sqrt(K ln K / T)``, ``eta = 0.95 sqrt(ln K / (T K))``; with
+  probability at least ``1 - delta``: regret ``<= 5.15 sqrt(T K ln(K / delta))``.
+* :func:`exp3_ix` (Neu 2015, implicit exploration), ``eta = sqrt(2 ln K / (K T))``,
+  ``gamma = eta / 2``: with probability at least ``1 - delta``: regret ``<= 2 sqrt(2 K T ln K)
+  + (sqrt(2 K T / ln K) + 1) ln(2 / delta)`` (Neu 2015, Theorem 1).
+* :func:`gp_mw` (Sessa, Bogunovic, Kamgarpour and Krause, NeurIPS 2019, Algorithm 1): a GP
+  posterior of its payoff over joint actions, updated with its noisy payoff and the joint action;
+  the optimistic payoffs ``ucb_t(a) = mu_t(a, a_{-i}^t) + beta_t sigma_t(a, a_{-i}^t)`` of every
+  own action against the others' actions of the round feed Hedge (``eta = sqrt(8 ln K / T)``).
+  With ``beta_t`` from Chowdhury and Gopalan (2017), regret ``O(sqrt(T ln K) + B sqrt(T gamma_T)
+  + gamma_T sqrt(T))`` with high probability (Sessa et al., Theorem 1); the authors' experiments
+  use ``beta_t = 2``, our default.
+* :func:`ensemble_mw`: GP-MW with the GP replaced by linear Ensemble++ on the same payoff
+  features (:func:`hyperx.linear.ensemble_pp`): ``sigma_t(a)`` is the spread
+  ``||phi(a)^T A_t||`` of the ensemble's samples ``mu_t + A_t zeta`` (``E[A_t A_t^T] =
+  Sigma_t``), ``O(K D M)`` per round for K actions instead of ``O(K D^2)``.
+* :func:`uniform`: the random opponent of the authors' experiments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from hyperx._validation import check_int, check_positive, check_range
+from hyperx.games.kernels import RBF, Features, eigen_features
+from hyperx.linear import ensemble_pp, gaussian_update
+
+Array = jax.Array
+State = Any
+
+
+class PlayerSpec(NamedTuple):
+    """What a player knows before the game: its index, every player's action count, the
+    horizon T, and the feedback noise std sigma (the model-based learners' noise model)."""
+
+    player: int
+    num_actions: tuple[int, ...]
+    horizon: int
+    noise_std: float = 1.0
+
+    @property
+    def own_actions(self) -> int:
+        """K_i, this player's number of actions."""
+        return self.num_actions[self.player]
+
+
+class Feedback(NamedTuple):
+    """What one player observes after a round."""
+
+    actions: Array         # (N,) int32, the joint action played
+    payoff: Array          # () its own payoff plus N(0, sigma^2) noise (bandit feedback)
+    payoff_vector: Array   # (K_i,) u_i(., a_{-i}), noise-free (full-information feedback)
+
+
+class GameLearner(NamedTuple):
+    """A player as pure functions (see the module docstring)."""
+
+    init: Callable[[Array, Array], State]
+    strategy: Callable[[State], Array]
+    update: Callable[[State, Array, Feedback], State]
+
+
+class WeightsState(NamedTuple):
+    """Hedge and GP-MW's exponential weights: log-weights and the known payoff range."""
+
+    log_weights: Array  # (K,)
+    payoff_range: Array  # (2,) [min, max]
+
+
+class Exp3PState(NamedTuple):
+    estimates: Array     # (K,) cumulative (biased-up) reward estimates
+    probs: Array         # (K,) this round's mixed strategy
+    payoff_range: Array
+
+
+class Exp3IXState(NamedTuple):
+    loss_estimates: Array  # (K,) cumulative implicit-exploration loss estimates
+    payoff_range: Array
+
+
+class UCBState(NamedTuple):
+    """GP-MW / Ensemble++-MW: the weights, the payoff model and the feature parameters."""
+
+    weights: WeightsState
+    model: Any            # (mu, Sigma) for gp_mw; EnsemblePPState for ensemble_mw
+    features: Any
+
+
+def _check_spec(spec: PlayerSpec) -> None:
+    if not isinstance(spec, PlayerSpec):
+        raise TypeError(f"spec: expected a PlayerSpec, got {type(spec).__name__}")
+    check_int("spec.horizon", spec.horizon)
+    check_positive("spec.noise_std", spec.noise_std)
+    if not 0 <= spec.player < len(spec.num_actions):
+        raise ValueError(f"spec.player: expected an index in [0, {len(spec.num_actions) - 1}], "
+                         f"got {spec.player}")
+
+
+def _scaled(payoffs: Array, payoff_range: Array) -> Array:
+    lo, hi = payoff_range[0], payoff_range[1]
+    return jnp.clip((payoffs - lo) / jnp.maximum(hi - lo, 1e-12), 0.0, 1.0)
+
+
+def _hedge_step(state: WeightsState, payoffs: Array, eta: float) -> WeightsState:
+    log_w = state.log_weights - eta * (1.0 - _scaled(payoffs, state.payoff_range))
+    return WeightsState(log_w - jax.nn.logsumexp(log_w), state.payoff_range)
+
+
+def _uniform_log_weights(k: int) -> Array:
+    return jnp.full((k,), -math.log(k), jnp.float32)
+
+
+def _rate(name: str, value: float | None, default: float) -> float:
+    if value is None:
+        return default
+    check_positive(name, value)
+    return float(value)
+
+
+def hedge(spec: PlayerSpec, *, learning_rate: float | None = None) -> GameLearner:
+    """Hedge / multiplicative weights on the full-information payoff vector.
+
+    ``x_{t+1}(a) ∝ x_t(a) exp(-eta l_t(a))``, ``eta = sqrt(8 ln K / T)`` by default.
+    """
+    _check_spec(spec)
+    k = spec.own_actions
+    eta = _rate("learning_rate", learning_rate, math.sqrt(8 * math.log(max(k, 2)) / spec.horizon))
+
+    def init(key: Array, payoff_range: Array) -> WeightsState:
+        return WeightsState(_uniform_log_weights(k), jnp.asarray(payoff_range, jnp.float32))
+
+    def update(state: WeightsState, key: Array, feedback: Feedback) -> WeightsState:
+        return _hedge_step(state, feedback.payoff_vector, eta)
+
+    return GameLearner(init, lambda s: jnp.exp(s.log_weights), update)
+
+
+def exp3p(spec: PlayerSpec, *, delta: float = 0.01) -> GameLearner:
+    """Exp3.P with the parameters of Bubeck and Cesa-Bianchi (2012, Theorem 3.3).
+
+    Reward estimates ``g(a) += beta / x(a) + 1[a = a_t] r_t / x(a_t)``; strategy
+    ``x = (1 - gamma) softmax(eta g) + gamma / K``. Needs ``gamma < 1``, i.e.
+    ``T > 1.1025 K ln K``.
+    """
+    _check_spec(spec)
+    check_range("delta", delta, 0.0, 1.0, open_low=True, open_high=True)
+    k, t = spec.own_actions, spec.horizon
+    beta = math.sqrt(math.log(k / delta) / (t * k))
+    gamma = 1.05 * math.sqrt(math.log(max(k, 2)) * k / t)
+    eta = 0.95 * math.sqrt(math.log(max(k, 2)) / (t * k))
+    if not (0 < beta < 1 and 0 < gamma < 1):
+        raise ValueError(f"spec.horizon: Exp3.P with K = {k} actions needs T > 1.1025 K ln K "
+                         f"(gamma = {gamma:.3g} < 1, beta = {beta:.3g} < 1), got T = {t}")
+
+    def init(key: Array, payoff_range: Array) -> Exp3PState:
+        return Exp3PState(jnp.zeros(k, jnp.float32), jnp.full((k,), 1.0 / k, jnp.float32),
+                          jnp.asarray(payoff_range, jnp.float32))
+
+    def update(state: Exp3PState, key: Array, feedback: Feedback) -> Exp3PState:
+        a = feedback.actions[spec.player]
+        r = _scaled(feedback.payoff, state.payoff_range)
+        g = state.estimates + beta / state.probs
+        g = g.at[a].add(r / state.probs[a])
+        probs = (1.0 - gamma) * jax.nn.softmax(eta * g) + gamma / k
+        return Exp3PState(g, probs, state.payoff_range)
+
+    return GameLearner(init, lambda s: s.probs, update)
+
+
+def exp3_ix(spec: PlayerSpec, *, learning_rate: float | None = None,
+            implicit_exploration: float | None = None) -> GameLearner:
+    """Exp3-IX (Neu 2015): loss estimates ``L(a) += 1[a = a_t] l_t / (x_t(a) + gamma)``,
+    strategy ``softmax(-eta L)``; ``eta = sqrt(2 ln K / (K T))``, ``gamma = eta / 2``."""
+    _check_spec(spec)
+    k, t = spec.own_actions, spec.horizon
+    eta = _rate("learning_rate", learning_rate, math.sqrt(2 * math.log(max(k, 2)) / (k * t)))
+    gamma = _rate("implicit_exploration", implicit_exploration, eta / 2)
+
+    def strategy(state: Exp3IXState) -> Array:
+        return jax.nn.softmax(-eta * state.loss_estimates)
+
+    def init(key: Array, payoff_range: Array) -> Exp3IXState:
+        return Exp3IXState(jnp.zeros(k, jnp.float32), jnp.asarray(payoff_range, jnp.float32))
+
+    def update(state: Exp3IXState, key: Array, feedback: Feedback) -> Exp3IXState:
+        a = feedback.actions[spec.player]
+        loss = 1.0 - _scaled(feedback.payoff, state.payoff_range)
+        est = state.loss_estimates.at[a].add(loss / (strategy(state)[a] + gamma))
+        return Exp3IXState(est, state.payoff_range)
+
+    return GameLearner(init, strategy, update)
+
+
+def uniform(spec: PlayerSpec) -> GameLearner:
+    """The uniformly random player (the authors' "random" opponent)."""
+    _check_spec(spec)
+    k = spec.own_actions
+    return GameLearner(lambda key, payoff_range: (),
+                       lambda state: jnp.full((k,), 1.0 / k, jnp.float32),
+                       lambda state, key, feedback: state)
+
+
+def default_kernel(spec: PlayerSpec) -> RBF:
+    """The authors' kernel: squared exponential, variance 1, lengthscale ``max(K_i) / 5``."""
+    return RBF(max(spec.num_actions) / 5, 1.0)
+
+
+def _own_rows(spec: PlayerSpec, actions: Array) -> Array:
+    """The joint actions ``(K_i, N)`` with player i's action replaced by each of its own."""
+    rows = jnp.broadcast_to(actions, (spec.own_actions, len(spec.num_actions)))
+    return rows.at[:, spec.player].set(jnp.arange(spec.own_actions, dtype=rows.dtype))
+
+
+def _ucb_mw(spec: PlayerSpec, features: Features, beta: float, eta: float,
+            model_init: Callable[[Array], Any],
+            model_update: Callable[[Any, Array, Array, Array], Any],
+            model_stats: Callable[[Any, Array], tuple[Array, Array]]) -> GameLearner:
+    k = spec.own_actions
+
+    def init(key: Array, payoff_range: Array) -> UCBState:
+        k_model, k_features = jax.random.split(key)
+        weights = WeightsState(_uniform_log_weights(k), jnp.asarray(payoff_range, jnp.float32))
+        return UCBState(weights, model_init(k_model), features.init(k_features))
+
+    def update(state: UCBState, key: Array, feedback: Feedback) -> UCBState:
+        x = features.apply(state.features, feedback.actions)
+        model = model_update(state.model, key, x, feedback.payoff)
+        mean, var = model_stats(model, features.apply(state.features,
+                                                      _own_rows(spec, feedback.actions)))
+        ucb = mean + beta * jnp.sqrt(jnp.maximum(var, 0.0))
+        return UCBState(_hedge_step(state.weights, ucb, eta), model, state.features)
+
+    return GameLearner(init, lambda s: jnp.exp(s.weights.log_weights), update)
+
+
+def _features_and_rates(spec: PlayerSpec, kernel: RBF | None, features: Features | None,
+                        beta: float, learning_rate: float | None) -> tuple[Features, float]:
+    _check_spec(spec)
+    check_positive("beta", beta, allow_zero=True)
+    if features is None:
+        features = eigen_features(spec.num_actions, kernel or default_kernel(spec))
+    elif kernel is not None:
+        raise ValueError("kernel: give a kernel or features, not both")
+    k = spec.own_actions
+    return features, _rate("learning_rate", learning_rate,
+                           math.sqrt(8 * math.log(max(k, 2)) / spec.horizon))
+
+
+def gp_mw(spec: PlayerSpec, *, kernel: RBF | None = None, features: Features | None = None,
+          beta: float = 2.0, learning_rate: float | None = None) -> GameLearner:
+    """GP-MW (Sessa et al. 2019, Algorithm 1) with the exact GP posterior.
+
+    The posterior over the feature weights (prior ``N(0, I)``, noise ``spec.noise_std``) is
+    updated by one Kalman step per round (:func:`hyperx.linear.gaussian_update`, cost ``O(D^2)``),
+    which is the authors' recursive GP update in weight space. ``features`` default to
+    :func:`~hyperx.games.kernels.eigen_features` of ``kernel`` (default: the authors' RBF).
+    """
+    features, eta = _features_and_rates(spec, kernel, features, beta, learning_rate)
+    dim, noise_std = features.dim, spec.noise_std
+
+    def model_init(key: Array):
+        return jnp.zeros(dim, jnp.float32), jnp.eye(dim, dtype=jnp.float32)
+
+    def model_update(model, key: Array, x: Array, y: Array):
+        return gaussian_update(*model, x, y, noise_std=noise_std)
+
+    def model_stats(model, rows: Array) -> tuple[Array, Array]:
+        mu, sigma = model
+        return rows @ mu, jnp.einsum("kd,de,ke->k", rows, sigma, rows)
+
+    return _ucb_mw(spec, features, beta, eta, model_init, model_update, model_stats)
+
+
+def ensemble_mw(spec: PlayerSpec, *, index_dim: int = 16, kernel: RBF | None = None,
+                features: Features | None = None, beta: float = 2.0,
+                learning_rate: float | None = None) -> GameLearner:
+    """GP-MW with linear Ensemble++ (arXiv:2407.13195) as the payoff model.
+
+    The ensemble factor ``A_t (D, M)`` follows the incremental Ensemble++ update
+    (:func:`hyperx.linear.ensemble_pp`, ``M = index_dim``); the optimistic payoff is
+    ``mu_t(a) + beta ||phi(a)^T A_t||``, the spread of the ensemble's samples, since
+    ``E[A_t A_t^T] = Sigma_t``.
+    """
+    features, eta = _features_and_rates(spec, kernel, features, beta, learning_rate)
+    check_int("index_dim", index_dim)
+    model = ensemble_pp(features.dim, index_dim, noise_std=spec.noise_std)
+
+    def model_stats(state, rows: Array) -> tuple[Array, Array]:
+        spread = rows @ state.factor
+        return rows @ state.mu, jnp.sum(spread * spread, axis=-1)
+
+    return _ucb_mw(spec, features, beta, eta, model.init, model.update, model_stats)
+
+
+LEARNERS: dict[str, Callable[..., GameLearner]] = {
+    "hedge": hedge,
+    "exp3": exp3p,
+    "exp3_ix": exp3_ix,
+    "gp_mw": gp_mw,
+    "ensemble_mw": ensemble_mw,
+    "random": uniform,
+}
+
+
+def make_learner(name: str, spec: PlayerSpec, **kwargs) -> GameLearner:
+    """The learner called ``name`` (a key of :data:`LEARNERS`) for the player ``spec``."""
+    if name not in LEARNERS:
+        raise ValueError(f"name: expected one of {sorted(LEARNERS)}, got {name!r}")
+    return LEARNERS[name](spec, **kwargs)

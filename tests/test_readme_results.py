@@ -164,8 +164,25 @@ def _llm_phrases() -> list[str]:
     return phrases
 
 
+def _games_phrases() -> list[str]:
+    """GP-MW's matrix-game experiment: each learner's time-averaged regret at T = 200 over our
+    games with its 95% interval, and the authors' code on our first games."""
+    out = _load("games.json")
+
+    def cell(row) -> str:
+        lo, hi = row["ci95"]
+        return f"{row['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    ours = {k: cell(v["p1"]["200"]) for k, v in out["ours"].items()}
+    return [f"on {out['games']} games", f"{ours['gp_mw_vs_random']} for GP-MW",
+            f"{ours['exp3_vs_random']} for Exp3.P", f"{ours['hedge_vs_random']} for",
+            f"GP-MW on Ensemble++ (M = 16) {ours['ensemble_mw_vs_random']}",
+            f"gives {cell(out['authors_on_our_games']['gp_mw_vs_random']['p1']['200'])} for GP-MW",
+            f"ours gives {cell(out['ours_on_the_same_games']['gp_mw_vs_random']['p1']['200'])}"]
+
+
 @pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases()
-                         + _parity_phrases() + _llm_phrases())
+                         + _parity_phrases() + _llm_phrases() + _games_phrases())
 def test_readme_states_the_result_file(phrase):
     assert " ".join(phrase.split()) in _readme(), f"README.md does not say: {phrase!r}"
 
@@ -181,3 +198,19 @@ def test_readme_deepsea_per_seed_episodes_equal_the_cells():
         per_seed = cell["learned_episode_bsuite"]
         assert [int(e) for e in episodes.split(", ")] == per_seed, (agent, size)
         assert (int(learned), int(seeds)) == (sum(e > 0 for e in per_seed), len(per_seed))
+
+
+def test_the_games_page_table_equals_the_result_file():
+    out = _load("games.json")
+    page = " ".join((ROOT / "docs" / "games.md").read_text().split())
+    for name, row in out["ours"].items():
+        stored = out["authors_stored"].get(name)
+        cells = [row["p1"]["200"]]
+        cells += [out[k][name]["p1"]["200"] for k in ("authors_on_our_games",
+                                                      "ours_on_the_same_games")
+                  if name in out[k]]
+        for cell in cells:
+            lo, hi = cell["ci95"]
+            assert f"{cell['mean']:.3f} [{lo:.3f}, {hi:.3f}]" in page, (name, cell)
+        if stored:
+            assert f"{stored['p1_mean']['200']:.3f} ± {stored['p1_std']['200']:.3f}" in page

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -27,6 +28,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from hyperx._argparse import check_out_path, fail
 
@@ -47,6 +50,18 @@ def sigint_held() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if received:
         raise KeyboardInterrupt
+
+
+def interval95(values) -> dict[str, Any]:
+    """Mean, standard deviation and normal 95% interval (mean +- 1.96 sd / sqrt(n)) of the
+    per-seed ``values`` that a run's summary.json reports (``sd``, ``ci95``: None for n < 2)."""
+    values = np.asarray(values, np.float64)
+    mean = float(np.mean(values))
+    if values.size < 2:
+        return {"mean": mean, "sd": None, "ci95": None}
+    sd = float(np.std(values, ddof=1))
+    half = 1.96 * sd / math.sqrt(values.size)
+    return {"mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
 
 
 def first_difference(saved: dict[str, Any], current: dict[str, Any]) -> str | None:

@@ -5,7 +5,8 @@
 ``hyperx deepsea`` trains a value-based agent on DeepSea and writes returns, summary and plot;
 ``hyperx atari`` trains a value-based agent on an Atari game (envpool or ale-py);
 ``hyperx llm`` runs RL on a small causal LM under a training-inference mismatch;
-``hyperx plot DIR`` redraws the plot of a bandit or DeepSea run from its CSV.
+``hyperx games`` plays repeated games between no-regret learners (GP-MW, Exp3, Hedge);
+``hyperx plot DIR`` redraws the plot of a bandit, games or DeepSea run from its CSV.
 Argument errors print one line (``hyperx: error: ...``) and exit with status 2.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from hyperx._argparse import (
     OneLineParser,
@@ -60,15 +62,19 @@ def _demo(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     from hyperx.agents.deepsea_report import plot_returns_csv
     from hyperx.bandits.sweep import plot_regret_csv
+    from hyperx.games.cli import is_games_csv, plot_games_csv
 
     directory = args.dir
-    if os.path.isfile(os.path.join(directory, "regret.csv")):
+    regret = os.path.join(directory, "regret.csv")
+    if os.path.isfile(regret) and is_games_csv(Path(regret)):
+        path = plot_games_csv(directory)
+    elif os.path.isfile(regret):
         path = plot_regret_csv(directory)
     elif os.path.isfile(os.path.join(directory, "returns.csv")):
         path = plot_returns_csv(directory)
     else:
-        fail(f"DIR: {directory!r} holds neither regret.csv (hyperx bandit) nor returns.csv "
-             "(hyperx deepsea)")
+        fail(f"DIR: {directory!r} holds neither regret.csv (hyperx bandit, hyperx games) nor "
+             "returns.csv (hyperx deepsea)")
     print(f"wrote {path}")
     return 0
 
@@ -168,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.register(sub)
     __import__("hyperx.llm.cli", fromlist=["register"]).register(sub)
     __import__("hyperx.agents.atari_cli", fromlist=["register"]).register(sub)
+    __import__("hyperx.games.cli", fromlist=["register"]).register(sub)
     return parser
 
 

@@ -57,7 +57,7 @@ from hyperx._argparse import (
     non_negative_int,
     positive_int,
 )
-from hyperx._rundir import prepare_out, write_atomic, write_manifest
+from hyperx._rundir import interval95, prepare_out, write_atomic, write_manifest
 from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.registry import (
@@ -182,15 +182,6 @@ def _build_agents(text: str, spec: BanditSpec) -> list[tuple[str, str, dict[str,
     if len(set(labels)) != len(labels):
         fail(f"--agents: an agent is listed twice: {labels}")
     return agents
-
-
-def _interval(final: np.ndarray) -> dict[str, Any]:
-    mean = float(np.mean(final))
-    if final.size < 2:
-        return {"mean": mean, "sd": None, "ci95": None}
-    sd = float(np.std(final, ddof=1))
-    half = 1.96 * sd / math.sqrt(final.size)
-    return {"mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
 
 
 def _check_sizes(args: argparse.Namespace, num_agents: int, num_points: int) -> None:
@@ -323,7 +314,7 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
             curves[label] = regret
             run_time = timing["run_time_s"]
             summary["agents"][label] = {
-                "agent": name, "config": options, "final_regret": _interval(regret[:, -1]),
+                "agent": name, "config": options, "final_regret": interval95(regret[:, -1]),
                 "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
                 "run_time_s": run_time,
                 "steps_per_s": args.steps * len(blocks) / len(agents) / run_time,

@@ -1,0 +1,315 @@
+"""``hyperx games``: repeated games between no-regret learners, many seeds, in the shape of
+``hyperx bandit``.
+
+Example (GP-MW's experiment, docs/games.md)::
+
+    hyperx games --game zero_sum --actions 30 --steps 200 --seeds 100 \\
+        --matchups gp_mw:random,exp3:random,hedge:random,gp_mw:exp3 --out runs/games
+
+``--game`` is ``zero_sum`` (a random smooth two-player zero-sum game per seed, as in GP-MW's
+experiments), ``general_sum`` (independent smooth payoffs for each of ``--players`` players) or
+``rps`` (rock-paper-scissors). Seed s plays the same game in every matchup. ``--matchups`` is a
+comma-separated list of ``NAME:NAME[:NAME...]``, one learner per player (names:
+:data:`hyperx.games.LEARNERS`). Each matchup runs its seeds in vmapped ``lax.scan`` calls of
+``--seeds-per-part`` seeds.
+
+Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
+
+- ``parts/``: one CSV (and a JSON of timings and equilibrium gaps) per matchup and block of
+  seeds, each written as soon as it is computed; ``--resume`` skips the parts already there;
+- ``regret.csv``: rows ``matchup, player, learner, seed, t, regret`` (player i's cumulative
+  regret ``R_i(t)`` at about ``--points`` log-spaced t ending at the horizon);
+- ``summary.json``: the settings and, per matchup, each player's time-averaged final regret
+  ``R_i(T) / T`` and the equilibrium gap of the play (NashConv of the time-averaged strategies
+  in a two-player zero-sum game, else the CCE gap of the time-averaged product distribution),
+  with means, standard deviations and 95% intervals, and the wall time and seed-rounds per second;
+- ``regret.png``: player 1's mean time-averaged regret with its 95% band, one line per matchup.
+
+Bad arguments print one line ``hyperx: error: ...`` and exit with status 2; Ctrl-C stops after
+the finished parts and says how to resume (exit status 130).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hyperx._argparse import add_run_dir_options, fail, interrupted, non_negative_int, positive_int
+from hyperx._rundir import interval95, prepare_out, write_atomic, write_manifest
+from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes
+
+GAMES = ("zero_sum", "general_sum", "rps")
+CSV_COLUMNS = ("matchup", "player", "learner", "seed", "t", "regret")
+OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png")
+SETTINGS = ("game", "actions", "players", "steps", "seeds", "seed", "noise", "matchups",
+            "points", "seeds_per_part")
+DESCRIPTION = ("Repeated games between no-regret learners (Hedge, Exp3.P, Exp3-IX, GP-MW, GP-MW "
+               "on Ensemble++) over many seeds: writes regret.csv, summary.json and regret.png "
+               "to --out.")
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add the ``games`` subcommand to a ``hyperx`` subparsers object; returns its parser."""
+    from hyperx.games.learners import LEARNERS
+
+    parser = subparsers.add_parser("games", help="no-regret learners in repeated games",
+                                   description=DESCRIPTION)
+    parser.add_argument("--game", choices=GAMES, default="zero_sum", help="the game")
+    parser.add_argument("--actions", type=positive_int, default=None,
+                        help="actions per player K (default 30; rps: 3)")
+    parser.add_argument("--players", type=positive_int, default=2,
+                        help="players N (zero_sum and rps: 2)")
+    parser.add_argument("--steps", type=positive_int, default=200, help="rounds T")
+    parser.add_argument("--seeds", type=positive_int, default=100, help="seeds (one game each)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
+    parser.add_argument("--noise", type=float, default=1.0,
+                        help="std sigma > 0 of the payoff noise (bandit feedback)")
+    parser.add_argument("--matchups", default="gp_mw:random,exp3:random,hedge:random",
+                        help="NAME:NAME[:...] list, one learner per player; names: "
+                             + ", ".join(LEARNERS))
+    parser.add_argument("--points", type=positive_int, default=50,
+                        help="about this many log-spaced checkpoints t")
+    parser.add_argument("--seeds-per-part", type=positive_int, default=500,
+                        help="seeds per results file in OUT/parts (written as each finishes)")
+    parser.add_argument("--out", required=True, help="output directory")
+    add_run_dir_options(parser)
+    parser.add_argument("--quiet", action="store_true", help="no table at the end")
+    parser.set_defaults(func=run_from_args)
+    return parser
+
+
+def _num_actions(args: argparse.Namespace) -> tuple[int, ...]:
+    if args.game == "rps":
+        if args.actions not in (None, 3) or args.players != 2:
+            fail(f"--game rps: has 2 players with 3 actions, got --players {args.players} "
+                 f"--actions {args.actions}")
+        return (3, 3)
+    k = 30 if args.actions is None else args.actions
+    if args.game == "zero_sum" and args.players != 2:
+        fail(f"--players: a zero_sum game has 2 players, got {args.players} (use --game "
+             "general_sum)")
+    if args.players < 2:
+        fail(f"--players: expected at least 2, got {args.players}")
+    outcomes = k ** args.players
+    try:
+        check_memory(f"--actions {k} --players {args.players}",
+                     24.0 * outcomes**2 + 4.0 * args.seeds * args.players * outcomes,
+                     host_memory_bytes(), f"host memory for {outcomes:,} joint actions "
+                     "(the games and their kernel matrix)")
+    except ValueError as err:
+        fail(str(err))
+    return (k,) * args.players
+
+
+def _matchups(args: argparse.Namespace, num_actions: tuple[int, ...]) -> list[tuple[str, list]]:
+    from hyperx.games.learners import LEARNERS, PlayerSpec, make_learner
+
+    out = []
+    for text in [m.strip() for m in args.matchups.split(",") if m.strip()]:
+        names = text.split(":")
+        if len(names) != len(num_actions):
+            fail(f"--matchups {text}: expected one learner per player ({len(num_actions)}), "
+                 f"got {len(names)}")
+        learners = []
+        for i, name in enumerate(names):
+            if name not in LEARNERS:
+                fail(f"--matchups {text}: expected learner names in {sorted(LEARNERS)}, "
+                     f"got {name!r}")
+            try:
+                learners.append(make_learner(name, PlayerSpec(i, num_actions, args.steps,
+                                                              args.noise)))
+            except ValueError as err:
+                fail(f"--matchups {text}: {err}")
+        out.append((text, learners))
+    if not out:
+        fail("--matchups: expected at least one NAME:NAME matchup")
+    return out
+
+
+def _games(args: argparse.Namespace, num_actions: tuple[int, ...], start: int, stop: int):
+    import jax
+    import jax.numpy as jnp
+
+    from hyperx.games.normal_form import random_gp_game, rock_paper_scissors
+
+    if args.game == "rps":
+        return jnp.broadcast_to(rock_paper_scissors(), (stop - start, 2, 3, 3))
+    base = jax.random.key(args.seed)
+    return jnp.stack([random_gp_game(jax.random.fold_in(base, s), num_actions,
+                                     zero_sum=args.game == "zero_sum")
+                      for s in range(start, stop)])
+
+
+def _part_path(out: Path, index: int, start: int, stop: int) -> Path:
+    return out / "parts" / f"matchup{index:02d}_seeds{start:09d}-{stop - 1:09d}.csv"
+
+
+def _run_part(args, num_actions, text: str, learners: list, start: int, stop: int,
+              checkpoints: np.ndarray, path: Path) -> None:
+    import jax
+
+    from hyperx.games.normal_form import cce_gap, nash_conv
+    from hyperx.games.play import play_seeds
+
+    games = _games(args, num_actions, start, stop)
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(args.seed + 1), s))(
+        np.arange(start, stop))
+    begin = time.perf_counter()
+    result = play_seeds(games, learners, keys, args.steps, noise_std=args.noise)
+    regret = np.asarray(result.rounds.regret)[:, checkpoints - 1]  # (S, C, N)
+    if args.game != "general_sum":
+        gaps = jax.vmap(nash_conv)(games, result.mean_strategies)
+    else:
+        gaps = jax.vmap(cce_gap)(games, result.mean_joint)
+    seconds = time.perf_counter() - begin
+    names = text.split(":")
+    rows = io.StringIO()
+    writer = csv.writer(rows)
+    writer.writerow(CSV_COLUMNS)
+    for s, c, i in np.ndindex(regret.shape):
+        writer.writerow((text, i + 1, names[i], start + s, int(checkpoints[c]),
+                         float(regret[s, c, i])))
+    write_atomic(path.with_suffix(".json"), json.dumps(
+        {"wall_time_s": seconds, "seed_rounds": (stop - start) * args.steps,
+         "gaps": np.asarray(gaps, np.float64).tolist()}) + "\n")
+    write_atomic(path, rows.getvalue())
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the games described by parsed ``args`` and write the outputs (module docstring)."""
+    from hyperx.experiment import log_grid
+
+    if not math.isfinite(args.noise) or args.noise <= 0:
+        fail(f"--noise: expected a finite number > 0, got {args.noise}")
+    if args.seed + args.seeds + 1 > INT32_MAX:
+        fail(f"--seed, --seeds: expected seed ids in [0, {INT32_MAX - 1}], got {args.seed} .. "
+             f"{args.seed + args.seeds}")
+    num_actions = _num_actions(args)
+    matchups = _matchups(args, num_actions)
+    checkpoints = log_grid(args.steps, args.points)
+    part = min(args.seeds, args.seeds_per_part)
+    try:
+        check_memory(f"--seeds-per-part {args.seeds_per_part}",
+                     16.0 * part * args.steps * len(num_actions) + 8.0 * part
+                     * math.prod(num_actions), host_memory_bytes(),
+                     "memory for one part's rounds")
+    except ValueError as err:
+        fail(str(err))
+    settings = {key: getattr(args, key) for key in SETTINGS}
+    out, _ = prepare_out(args.out, "games", settings, resume=args.resume,
+                         overwrite=args.overwrite, outputs=OUTPUTS)
+    (out / "parts").mkdir(exist_ok=True)
+    blocks = [(i, start, min(start + args.seeds_per_part, args.seeds))
+              for i in range(len(matchups)) for start in range(0, args.seeds, args.seeds_per_part)]
+    todo = [b for b in blocks if not _part_path(out, *b).exists()]
+    try:
+        for i, start, stop in todo:
+            text, learners = matchups[i]
+            _run_part(args, num_actions, text, learners, start, stop, checkpoints,
+                      _part_path(out, i, start, stop))
+    except KeyboardInterrupt:
+        done = sum(_part_path(out, *b).exists() for b in blocks)
+        interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
+                    "with --resume to finish")
+    summary = _write_outputs(out, args, matchups, blocks)
+    write_manifest(out, "games", settings, complete=True)
+    if not args.quiet:
+        print(format_table(summary))
+    print(f"wrote {out}/regret.csv, summary.json, regret.png" if todo else
+          f"run is complete: {out} holds every part; rebuilt regret.csv, summary.json and "
+          "regret.png from them")
+    return 0
+
+
+def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
+                   blocks: list[tuple[int, int, int]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {key: getattr(args, key) for key in SETTINGS}
+    summary["gap"] = "nash_conv" if args.game != "general_sum" else "cce_gap"
+    summary["matchups"] = {}
+    tmp = out / ".regret.csv.tmp"
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        for i, (text, learners) in enumerate(matchups):
+            finals: list[list[float]] = [[] for _ in learners]
+            gaps, seconds, seed_rounds = [], 0.0, 0
+            for path in [_part_path(out, *b) for b in blocks if b[0] == i]:
+                with open(path, newline="") as part:
+                    rows = list(csv.reader(part))[1:]
+                writer.writerows(rows)
+                for row in rows:
+                    if int(row[4]) == args.steps:
+                        finals[int(row[1]) - 1].append(float(row[5]) / args.steps)
+                meta = json.loads(path.with_suffix(".json").read_text())
+                gaps += meta["gaps"]
+                seconds += meta["wall_time_s"]
+                seed_rounds += meta["seed_rounds"]
+            summary["matchups"][text] = {
+                "learners": text.split(":"),
+                "average_regret": [interval95(np.array(f)) for f in finals],
+                "gap": interval95(np.array(gaps)),
+                "wall_time_s": seconds, "seed_rounds_per_s": seed_rounds / max(seconds, 1e-9)}
+    tmp.replace(out / "regret.csv")
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    plot_games_csv(out)
+    return summary
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The summary as a fixed-width text table, one line per matchup."""
+    lines = [f"{'matchup':<28} {'R_1(T)/T (95% CI)':>26} {summary['gap']:>18} "
+             f"{'seed-rounds/s':>14}"]
+    for text, entry in summary["matchups"].items():
+        final, gap = entry["average_regret"][0], entry["gap"]
+        ci = final["ci95"]
+        band = f"{final['mean']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+        lines.append(f"{text:<28} {band:>26} {gap['mean']:>18.3f} "
+                     f"{entry['seed_rounds_per_s']:>14.3g}")
+    return "\n".join(lines)
+
+
+def is_games_csv(path: Path) -> bool:
+    """Whether ``path`` is the ``regret.csv`` of a ``hyperx games`` run (by its header)."""
+    with open(path, newline="") as f:
+        return next(csv.reader(f), None) == list(CSV_COLUMNS)
+
+
+def plot_games_csv(directory: str | Path) -> Path:
+    """Redraw ``regret.png`` of a games run from its ``regret.csv``; returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory = Path(directory)
+    curves: dict[str, dict[int, dict[int, float]]] = {}
+    with open(directory / "regret.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["player"] == "1":
+                by_seed = curves.setdefault(row["matchup"], {}).setdefault(int(row["seed"]), {})
+                by_seed[int(row["t"])] = float(row["regret"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for text, seeds in curves.items():
+        t = np.array(sorted(next(iter(seeds.values()))))
+        values = np.array([[s[x] for x in t] for s in seeds.values()]) / t
+        mean = values.mean(0)
+        half = (1.96 * values.std(0, ddof=1) / math.sqrt(len(values)) if len(values) > 1
+                else np.zeros_like(mean))
+        ax.plot(t, mean, label=text)
+        ax.fill_between(t, mean - half, mean + half, alpha=0.25)
+    ax.set_xlabel("round t")
+    ax.set_ylabel("player 1's time-averaged regret R_1(t) / t")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(directory / "regret.png", dpi=120)
+    plt.close(fig)
+    return directory / "regret.png"
+

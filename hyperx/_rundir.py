@@ -92,9 +92,12 @@ def write_atomic(path: Path, text: str) -> None:
 def read_manifest(out: Path) -> dict[str, Any] | None:
     """The run description in ``out``, or ``None`` when there is none."""
     try:
-        return json.loads((out / MANIFEST).read_text())
+        manifest = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("command"), str):
+        return None  # damaged: not a run description (e.g. [] or without its command)
+    return manifest
 
 
 def write_manifest(out: Path, command: str, settings: dict[str, Any], *,
@@ -134,18 +137,23 @@ def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: boo
     same = (manifest is not None and manifest.get("command") == command
             and manifest.get("settings") == settings)
     if resume:
-        if manifest is None or manifest.get("command") != command:
-            fail(f"--resume: {out!r} holds no hyperx {command} run ({MANIFEST} missing)")
+        if manifest is None:
+            why = "damaged" if (path / MANIFEST).exists() else "missing"
+            fail(f"--resume: {out!r} holds no hyperx {command} run ({MANIFEST} {why})")
+        if manifest.get("command") != command:
+            fail(f"--resume: {out!r} holds a hyperx {manifest['command']} run, not a "
+                 f"{command} run")
         if not same:
             fail(f"--resume: {out!r} holds a different run, "
-                 f"{_option(first_difference(manifest['settings'], settings) or '')}; "
+                 f"{_option(first_difference(manifest.get('settings') or {}, settings) or '')}; "
                  "rerun with the saved options or choose another --out")
         return path, manifest
     if any(path.iterdir()) and not same and not overwrite:
         if manifest is not None:
-            diff = first_difference(manifest.get("settings", {}), settings)
-            why = (f"a different run, {_option(diff)}" if diff
-                   else f"a {manifest.get('command')} run")
+            diff = first_difference(manifest.get("settings") or {}, settings)
+            why = (f"a hyperx {manifest.get('command')} run"
+                   if manifest.get("command") != command or not diff
+                   else f"a different run, {_option(diff)}")
             fail(f"--out: {out!r} holds {why}; pass --overwrite to replace it or choose "
                  "another --out")
         fail(f"--out: {out!r} is not empty and holds no hyperx run; pass --overwrite to write "

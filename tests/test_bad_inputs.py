@@ -421,3 +421,20 @@ def test_agent_and_atari_sizes_are_integers():
         make_atari("Breakout", num_envs=2.5)
     with pytest.raises(ValueError, match="noop_max: expected an integer"):
         make_atari("Breakout", noop_max=-1)
+
+
+@pytest.mark.parametrize("manifest", ["[]", '{"command": "bandit"}',
+                                      '{"command": "bandit", "settings": null}', "{not json"])
+def test_a_damaged_run_json_is_a_one_line_error(tmp_path, capsys, manifest):
+    from hyperx.bandits import sweep
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text(manifest)
+    for extra in (["--resume"], []):
+        with pytest.raises(SystemExit) as err:
+            sweep.main(["--dim", "2", "--arms", "2", "--steps", "5", "--seeds", "1",
+                        "--agents", "linucb", "--quiet", "--out", str(out), *extra])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert err.value.code == 2 and len(lines) == 1 and "--" in lines[0], lines
+        assert "missing" not in lines[0], lines  # run.json is there (damaged or incomplete)

@@ -8,7 +8,11 @@ Example::
 builds the RoPE/RMSNorm transformer of :mod:`hyperx.llm.transformer` (or loads a transformers
 Flax causal LM with ``--hf-path``), warms it up with supervised steps, then runs the RL loop of
 :mod:`hyperx.llm.train` with a ``--rollout-dtype`` sampler that is ``--lag`` updates stale.
-It writes ``OUT/metrics.csv`` (one row per step), ``OUT/summary.json`` and ``OUT/curves.png``.
+It writes ``OUT/metrics.csv`` (one row per step), ``OUT/summary.json`` and ``OUT/curves.png``,
+beside ``OUT/run.json``: ``--out`` is checked before any work and follows the run-directory rules
+of :mod:`hyperx._rundir` (a rerun with the same options replaces its own outputs; a folder
+holding another run or foreign files needs ``--overwrite``). There is no ``--resume``: a run is
+minutes long and restarts from the beginning.
 """
 
 from __future__ import annotations
@@ -21,19 +25,23 @@ import time
 from collections.abc import Sequence
 
 from hyperx._argparse import OneLineParser, fail, non_negative_int, positive_int
+from hyperx._rundir import prepare_out, write_atomic, write_manifest
 
+OUTPUTS = ("metrics.csv", "summary.json", "curves.png")
 PLOTTED = (("reward", "mean reward"), ("response_length", "response length (tokens)"),
            ("mismatch_kl", "mismatch KL (k1)"), ("grad_norm", "gradient norm"),
            ("ess", "ESS of the weights"), ("lr", "learning rate"))
 
 
-def _positive_float(text: str) -> float:
+def _learning_rate(text: str) -> float:
+    """An Adam learning rate in (0, 1]: larger steps move every weight of a LM by more than
+    its own scale each update, which destroys the policy (``--lr 1e30`` ran to zero reward)."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a learning rate in (0, 1], got {text!r}")
     return value
 
 
@@ -55,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rollout correction preset")
     parser.add_argument("--loss", choices=("ppo", "reinforce"), default="ppo",
                         help="decoupled PPO clip or REINFORCE")
-    parser.add_argument("--lr", type=_positive_float, default=3e-4, help="Adam learning rate")
+    parser.add_argument("--lr", type=_learning_rate, default=3e-4,
+                        help="Adam learning rate in (0, 1]")
     parser.add_argument("--lr-schedule", choices=LR_SCHEDULES, default="constant",
                         help="constant, or the length-aware scale")
     parser.add_argument("--rollout-dtype", choices=ROLLOUT_DTYPES, default="bfloat16",
@@ -73,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(its vocabulary must cover the task's character ids)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed")
     parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace what another run wrote to --out (other files are kept)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -99,14 +110,19 @@ def _build(args: argparse.Namespace, task):
     if args.hf_path is not None:
         from hyperx.llm.hf import load_hf_lm
 
-        if not os.path.isdir(args.hf_path):
-            fail(f"--hf-path: expected a directory with a saved model, got {args.hf_path!r}")
-        train_lm, params = load_hf_lm(args.hf_path)
-        rollout_lm = train_lm
-        if args.rollout_dtype != "float32":
-            import jax.numpy as jnp
+        if not os.path.isfile(os.path.join(args.hf_path, "config.json")):
+            fail(f"--hf-path: expected a directory with a saved model (config.json and "
+                 f"flax_model.msgpack, from save_pretrained), got {args.hf_path!r}")
+        try:
+            train_lm, params = load_hf_lm(args.hf_path)
+            rollout_lm = train_lm
+            if args.rollout_dtype != "float32":
+                import jax.numpy as jnp
 
-            rollout_lm, _ = load_hf_lm(args.hf_path, dtype=jnp.bfloat16, with_params=False)
+                rollout_lm, _ = load_hf_lm(args.hf_path, dtype=jnp.bfloat16, with_params=False)
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            fail(f"--hf-path: transformers cannot load a Flax causal LM from {args.hf_path!r}: "
+                 f"{str(err).splitlines()[0] if str(err) else type(err).__name__}")
         if train_lm.vocab_size < task.tokenizer.vocab_size:
             fail(f"--hf-path: the model's vocabulary ({train_lm.vocab_size}) is smaller than "
                  f"the task's ({task.tokenizer.vocab_size})")
@@ -131,7 +147,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         task = Task(args.task, args.difficulty, reward_type=args.reward)
     except ValueError as err:
         fail(f"--difficulty: {err}")
-    os.makedirs(args.out, exist_ok=True)
+    settings = {k: v for k, v in vars(args).items()
+                if k not in ("func", "command", "quiet", "overwrite", "out")}
+    out, _ = prepare_out(args.out, "llm", settings, resume=False, overwrite=args.overwrite,
+                         outputs=OUTPUTS)
     config = rl.RLConfig(prompts_per_step=args.prompts, group_size=args.group_size,
                          learning_rate=args.lr, advantage=args.advantage,
                          correction=rl.correction_preset(args.correction),
@@ -178,8 +197,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         **summarize(history),
     }
     write_metrics(history, os.path.join(args.out, "metrics.csv"))
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_manifest(out, "llm", settings, complete=True)
     if history:
         plot_curves({args.correction: history}, os.path.join(args.out, "curves.png"),
                     title=f"{args.task} (difficulty {args.difficulty}), {args.rollout_dtype} "

@@ -30,6 +30,8 @@ def test_llm_writes_metrics_summary_and_plot(tmp_path, capsys):
     (["--correction", "magic"], "--correction"),
     (["--group-size", "0"], "--group-size"),
     (["--lr", "-1"], "--lr"),
+    (["--lr", "1e30"], "learning rate in (0, 1]"),
+    (["--lr", "nan"], "--lr"),
     (["--hf-path", "/nonexistent/model"], "--hf-path"),
     (["--d-model", "30", "--heads", "4"], "--d-model"),
 ])
@@ -40,6 +42,32 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys, argv, message):
     assert err.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_out_and_hf_path_are_checked_before_any_work(tmp_path, capsys):
+    """A file, an empty path, a folder of foreign files or of another command's run, an empty
+    model folder and a config.json that is not JSON: one line each, nothing computed."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "notes.txt").write_text("mine")
+    bandit = tmp_path / "bandit"
+    assert main(["bandit", "--dim", "2", "--arms", "2", "--steps", "5", "--seeds", "1",
+                 "--agents", "linucb", "--quiet", "--out", str(bandit)]) == 0
+    (tmp_path / "empty_model").mkdir()
+    (tmp_path / "bad_model").mkdir()
+    (tmp_path / "bad_model" / "config.json").write_text("{not json")
+    cases = [([str(tmp_path / "afile")], "not a directory"), ([""], "expected a directory"),
+             ([str(tmp_path / "foreign")], "holds no hyperx run"),
+             ([str(bandit)], "holds a hyperx bandit run"),
+             ([str(tmp_path / "m1"), "--hf-path", str(tmp_path / "empty_model")], "config.json"),
+             ([str(tmp_path / "m2"), "--hf-path", str(tmp_path / "bad_model")], "cannot load")]
+    for argv, needle in cases:
+        with pytest.raises(SystemExit) as err:
+            main(["llm", "--steps", "1", "--warmup-steps", "0", "--quiet", "--out", *argv])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert err.value.code == 2 and len(lines) == 1 and needle in lines[0], lines
+    assert sorted(p.name for p in bandit.iterdir()) == sorted(
+        ["parts", "regret.csv", "regret.png", "run.json", "summary.json"])
 
 
 def test_registered_in_the_hyperx_parser():

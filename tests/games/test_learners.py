@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import loss_sequence_game, sequence_player
+from game_helpers import loss_sequence_game, sequence_player
 
 from hyperx.games import (
     RBF,

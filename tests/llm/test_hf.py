@@ -61,6 +61,11 @@ def saved_model(request, tmp_path_factory):
     return _save(tmp_path_factory, request.param)
 
 
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def saved_trainable(request, tmp_path_factory):
+    return _save(tmp_path_factory, request.param)
+
+
 def test_load_and_sampler_matches_teacher_forcing_fp32_not_bf16(saved_model):
     lm, params = load_hf_lm(saved_model)
     assert lm.vocab_size == V and lm.max_len in (16, 32)
@@ -88,9 +93,9 @@ def test_cached_decode_matches_forward(saved_model):
     np.testing.assert_allclose(nxt[:, 0], full[:, 4], atol=1e-4)
 
 
-def test_one_rl_step_through_the_adapter(saved_model):
-    lm, params = load_hf_lm(saved_model)
-    bf_lm, _ = load_hf_lm(saved_model, dtype=jnp.bfloat16, with_params=False)
+def test_one_rl_step_through_the_adapter(saved_trainable):
+    lm, params = load_hf_lm(saved_trainable)
+    bf_lm, _ = load_hf_lm(saved_trainable, dtype=jnp.bfloat16, with_params=False)
     tr = make_trainer(lm, bf_lm, TASK, RLConfig(prompts_per_step=2, group_size=4))
     state, history = train(tr, tr.init(params), jax.random.key(2), 1)
     assert all(np.isfinite(v) for v in history[0].values())

@@ -1,4 +1,5 @@
-"""Shared helpers of the games tests: a player that follows a fixed sequence of actions."""
+"""Helpers of the games tests: a player that follows a fixed sequence of actions, and a game
+that replays a fixed sequence of loss vectors."""
 
 import jax
 import jax.numpy as jnp

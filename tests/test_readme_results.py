@@ -174,11 +174,14 @@ def _games_phrases() -> list[str]:
         return f"{row['mean']:.3f} [{lo:.3f}, {hi:.3f}]"
 
     ours = {k: cell(v["p1"]["200"]) for k, v in out["ours"].items()}
+    tp = out["throughput"]["gp_mw_vs_exp3"]
     return [f"on {out['games']} games", f"{ours['gp_mw_vs_random']} for GP-MW",
             f"{ours['exp3_vs_random']} for Exp3.P", f"{ours['hedge_vs_random']} for",
             f"GP-MW on Ensemble++ (M = 16) {ours['ensemble_mw_vs_random']}",
             f"gives {cell(out['authors_on_our_games']['gp_mw_vs_random']['p1']['200'])} for GP-MW",
-            f"ours gives {cell(out['ours_on_the_same_games']['gp_mw_vs_random']['p1']['200'])}"]
+            f"ours gives {cell(out['ours_on_the_same_games']['gp_mw_vs_random']['p1']['200'])}",
+            f"plays {tp['hyperx']['1000']['seed_rounds_per_second'] / 1000:.0f}k GP-MW seed-rounds"
+            f" per second at 1000 seeds, {tp['hyperx']['1000']['ratio_to_numpy']:.0f}x a per-seed"]
 
 
 @pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases()
@@ -214,3 +217,9 @@ def test_the_games_page_table_equals_the_result_file():
             assert f"{cell['mean']:.3f} [{lo:.3f}, {hi:.3f}]" in page, (name, cell)
         if stored:
             assert f"{stored['p1_mean']['200']:.3f} ± {stored['p1_std']['200']:.3f}" in page
+    for row in out["throughput"].values():
+        if isinstance(row, dict) and "hyperx" in row:
+            cells = [f"{row['numpy_per_seed_loop']['seed_rounds_per_second'] / 1000:.1f}k"]
+            cells += [f"{v['seed_rounds_per_second'] / 1000:.0f}k ({v['ratio_to_numpy']:.0f}x)"
+                      for v in row["hyperx"].values()]
+            assert " | ".join(cells) in page, cells

@@ -73,6 +73,22 @@ def held_out(lm, params, task: Task, prompts: int) -> dict[str, float]:
             "sampled": float(evaluate(lm, params, task, key, prompts, greedy=False))}
 
 
+def warm_start(warmup_steps: int, eval_prompts: int):
+    """The benchmark task, its float32 LM and the weak supervised warm start (``warmup_steps``
+    steps from the fixed initialisation) with its held-out rewards."""
+    task = Task(SETUP["task"], SETUP["difficulty"], reward_type=SETUP["reward_type"])
+    module, params = make_policy(task, d_model=SETUP["d_model"],
+                                 num_layers=SETUP["num_layers"], num_heads=SETUP["num_heads"])
+    lm = transformer_lms(module, "float32")[0]
+    params, losses = supervised_warmup(lm, params, task, jax.random.key(1), steps=warmup_steps,
+                                       batch_size=SETUP["warmup_batch"],
+                                       learning_rate=SETUP["warmup_lr"])
+    warm = {"steps": warmup_steps, "final_loss": float(losses[-1]),
+            **held_out(lm, params, task, eval_prompts)}
+    print(f"warm start: {warm}", flush=True)
+    return task, lm, params, warm
+
+
 def run(name: str, seeds: list[int], lm, params, task: Task, args) -> dict:
     """``name`` from the warm start for each seed: held-out rewards ``--evals`` times (and at
     step 0), the per-step curves, and the seconds per step."""
@@ -131,17 +147,7 @@ def main() -> None:
     args = p.parse_args()
     if args.steps % args.evals:
         p.error(f"--evals: expected a divisor of --steps = {args.steps}, got {args.evals}")
-    task = Task(SETUP["task"], SETUP["difficulty"], reward_type=SETUP["reward_type"])
-    module, params = make_policy(task, d_model=SETUP["d_model"],
-                                 num_layers=SETUP["num_layers"], num_heads=SETUP["num_heads"])
-    lm = transformer_lms(module, "float32")[0]
-    params, losses = supervised_warmup(lm, params, task, jax.random.key(1),
-                                       steps=args.warmup_steps,
-                                       batch_size=SETUP["warmup_batch"],
-                                       learning_rate=SETUP["warmup_lr"])
-    warm = {"steps": args.warmup_steps, "final_loss": float(losses[-1]),
-            **held_out(lm, params, task, args.eval_prompts)}
-    print(f"warm start: {warm}", flush=True)
+    task, lm, params, warm = warm_start(args.warmup_steps, args.eval_prompts)
     reference = None
     if not args.tune:
         if not TUNED.exists():

@@ -223,3 +223,17 @@ def test_the_games_page_table_equals_the_result_file():
             cells += [f"{v['seed_rounds_per_second'] / 1000:.0f}k ({v['ratio_to_numpy']:.0f}x)"
                       for v in row["hyperx"].values()]
             assert " | ".join(cells) in page, cells
+
+
+def test_the_bandwidth_table_equals_the_result_file():
+    out = _load("llm_bandwidth.json")
+    page = " ".join((ROOT / "docs" / "llm" / "end_to_end.md").read_text().split())
+    for name, run in out["runs"].items():
+        cells = []
+        for key in ("adv_bits_per_episode", "adv_bits_per_token"):
+            v = run["mean_over_steps"][key]
+            cells.append(f"{v['mean']:.2f} [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}]")
+        d = run["token_minus_episode_bits"]
+        cells.append(f"{d['mean']:+.2f} [{d['ci95'][0]:.2f}, {d['ci95'][1]:.2f}]")
+        assert run["episode_bits_never_above_bound"]
+        assert f"| {name.upper()} | " + " | ".join(cells) + " |" in page, cells

@@ -120,6 +120,10 @@ class RLConfig:
       ppo_epochs: full-batch optimiser steps per batch (the PPO ratio departs from 1 after 1).
       otb_is_weights: OTB's energy uses the correction weights (``w_j rho_j^2``).
       adam_b2: Adam's second-moment decay.
+      bandwidth_bins: equal-width bins of the logged advantage entropies
+        (:func:`~hyperx.llm.diagnostics.information_bandwidth`); they cap both at
+        ``log2(bandwidth_bins)`` bits, so use more than the batch size ``B`` to see per-token
+        advantages exceed the scalar ceiling ``log2(B)``.
     """
 
     prompts_per_step: int = 16
@@ -138,6 +142,7 @@ class RLConfig:
     ppo_epochs: int = 1
     otb_is_weights: bool = True
     adam_b2: float = 0.99
+    bandwidth_bins: int = 16
 
     def __post_init__(self) -> None:
         check_int("prompts_per_step", self.prompts_per_step)
@@ -150,6 +155,7 @@ class RLConfig:
         check_positive("temperature", self.temperature)
         check_int("extra_tokens", self.extra_tokens, low=0)
         check_int("ppo_epochs", self.ppo_epochs)
+        check_int("bandwidth_bins", self.bandwidth_bins)
         if self.max_grad_norm is not None:
             check_positive("max_grad_norm", self.max_grad_norm)
         if not isinstance(self.correction, CorrectionConfig):
@@ -424,7 +430,8 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
             advantage_abs_mean=jnp.sum(jnp.abs(adv) * mask) / jnp.maximum(jnp.sum(mask), 1.0),
             update_kl=moved["k3_kl"],
             update_clip_fraction=jnp.sum(outside * mask) / jnp.maximum(jnp.sum(mask), 1.0),
-            **information_bandwidth(advantages=adv, response_mask=mask),
+            **information_bandwidth(advantages=adv, response_mask=mask,
+                                    n_bins=config.bandwidth_bins),
         )
         return TrainState(params, opt_state, state.step + 1), metrics
 

@@ -82,6 +82,21 @@ def test_one_step_improves_the_objective_on_a_fixed_batch(params, fp32_trainer):
     assert metrics["grad_norm"] > 0 and np.isfinite(metrics["loss"])
 
 
+def test_the_logged_bandwidth_uses_the_configured_bins(params):
+    # Two bins cap every logged entropy at 1 bit; the default 16 at 4 bits.
+    lms = transformer_lms(_module(), "float32")
+    config = RLConfig(prompts_per_step=4, group_size=4, rollout_dtype="float32",
+                      advantage="otb", bandwidth_bins=2)
+    tr = make_trainer(*lms, TASK, config)
+    batch = tr.rollout(params, jax.random.key(1))
+    scores = tr.score(params, batch)._replace(rewards=jnp.tile(jnp.array([1.0, 0.0, 0.5, 0.0]),
+                                                               4))
+    _, metrics = tr.update(tr.init(params), batch, scores)
+    assert 0.0 < float(metrics["adv_bits_per_token"]) <= 1.0
+    assert 0.0 < float(metrics["adv_bits_per_episode"]) <= 1.0
+    assert float(metrics["adv_bits_episode_bound"]) == 4.0  # log2(16 responses)
+
+
 def test_all_equal_rewards_give_zero_gradient_and_no_nan(params, fp32_trainer):
     tr = fp32_trainer
     batch = tr.rollout(params, jax.random.key(2))
@@ -134,6 +149,8 @@ def test_bad_config_raises():
         RLConfig(rollout_dtype="fp4")
     with pytest.raises(ValueError, match="lag"):
         RLConfig(lag=-1)
+    with pytest.raises(ValueError, match="bandwidth_bins"):
+        RLConfig(bandwidth_bins=0)
     with pytest.raises(ValueError, match="correction"):
         correction_preset("magic")
     with pytest.raises(ValueError, match="group_size"):

@@ -14,6 +14,7 @@ Argument errors print one line (``hyperx: error: ...``) and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,13 +67,18 @@ def _plot(args: argparse.Namespace) -> int:
 
     directory = args.dir
     regret = os.path.join(directory, "regret.csv")
-    if os.path.isfile(regret) and is_games_csv(Path(regret)):
-        path = plot_games_csv(directory)
-    elif os.path.isfile(regret):
-        path = plot_regret_csv(directory)
-    elif os.path.isfile(os.path.join(directory, "returns.csv")):
-        path = plot_returns_csv(directory)
-    else:
+    try:
+        if os.path.isfile(regret) and is_games_csv(Path(regret)):
+            path = plot_games_csv(directory)
+        elif os.path.isfile(regret):
+            path = plot_regret_csv(directory)
+        elif os.path.isfile(os.path.join(directory, "returns.csv")):
+            path = plot_returns_csv(directory)
+        else:
+            path = None
+    except (ValueError, UnicodeDecodeError, csv.Error) as err:
+        fail(f"DIR: {err}")
+    if path is None:
         fail(f"DIR: {directory!r} holds neither regret.csv (hyperx bandit, hyperx games) nor "
              "returns.csv (hyperx deepsea)")
     print(f"wrote {path}")

@@ -438,3 +438,44 @@ def test_a_damaged_run_json_is_a_one_line_error(tmp_path, capsys, manifest):
         lines = capsys.readouterr().err.strip().splitlines()
         assert err.value.code == 2 and len(lines) == 1 and "--" in lines[0], lines
         assert "missing" not in lines[0], lines  # run.json is there (damaged or incomplete)
+
+
+def _plot_error(capsys, directory) -> str:
+    with pytest.raises(SystemExit) as err:
+        main(["plot", str(directory)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert err.value.code == 2 and len(lines) == 1, lines
+    return lines[0]
+
+
+BANDIT_HEADER = "agent,config,seed,t,regret\n"
+GAMES_HEADER = "matchup,player,learner,seed,t,regret\n"
+
+
+@pytest.mark.parametrize("name, text, needle", [
+    ("regret.csv", "a,b,c\n1,2,3\n", "expected the header"),
+    ("regret.csv", BANDIT_HEADER, "holds no rows"),
+    ("regret.csv", BANDIT_HEADER + "linucb,,0,1,0.5\nlinucb,,0,2\n", "line 3"),
+    ("regret.csv", BANDIT_HEADER + "linucb,,0,1,zero\n", "line 2"),
+    ("regret.csv", BANDIT_HEADER + "linucb,,0,1,0.5\nlinucb,,0,2,0.7\nlinucb,,1,1,0.4\n",
+     "not a whole number of seeds"),
+    ("regret.csv", GAMES_HEADER + "a:b,1,a,0,1,0.5\na:b,1,a,0,2\n", "line 3"),
+    ("regret.csv", GAMES_HEADER, "holds no rows"),
+    ("returns.csv", "seed,episode,return,bad\n0,1,x,0\n", "not numbers"),
+    ("returns.csv", "seed,episode,return,bad\n", "found none"),
+    ("returns.csv", "seed,episode,return,bad\n0,1000000000000,1.0,0\n", "not one run's table"),
+    ("returns.csv", "seed,episode,return,bad\n-1,1,1.0,0\n", "seeds must be integers"),
+    ("returns.csv", "x,y\n0,1\n", "expected the header"),
+])
+def test_plot_of_a_damaged_file_is_one_line(tmp_path, capsys, name, text, needle):
+    (tmp_path / name).write_text(text)
+    assert needle in _plot_error(capsys, tmp_path)
+
+
+def test_plot_with_a_summary_that_is_not_json_is_one_line(tmp_path, capsys):
+    (tmp_path / "regret.csv").write_text(BANDIT_HEADER + "linucb,,0,1,0.5\n")
+    (tmp_path / "summary.json").write_text("{cut")
+    assert "summary.json: not JSON" in _plot_error(capsys, tmp_path)
+    (tmp_path / "summary.json").write_text('{"env_name": "russo", "dim": 2, "arms": 3, '
+                                           '"seeds": 1}')
+    assert main(["plot", str(tmp_path)]) == 0

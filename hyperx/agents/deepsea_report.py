@@ -155,11 +155,36 @@ def write_outputs(result: DeepSeaResult, out: str, *, agent: str, size: int,
 
 
 def read_returns(path: str | Path) -> np.ndarray:
-    """The (S, E) returns of a ``returns.csv`` (rows in any order)."""
-    table = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
-    seeds, episodes = table[:, 0].astype(int), table[:, 1].astype(int)
-    returns = np.full((seeds.max() + 1, episodes.max()), np.nan)
-    returns[seeds, episodes - 1] = table[:, 2]
+    """The (S, E) returns of a ``returns.csv`` (rows in any order).
+
+    Raises ``ValueError`` naming the file when it is not such a table: a missing or wrong
+    header, a row that is not three numbers, no rows, or seed and episode ids that do not fit
+    the rows (an id far beyond the row count would allocate a table of that size).
+    """
+    path = Path(path)
+    lines = path.read_text().splitlines()
+    header = lines[0].strip().split(",") if lines else []
+    if header[:3] != ["seed", "episode", "return"]:
+        raise ValueError(f"{path}: expected the header seed,episode,return, got {header}")
+    rows = [line for line in lines[1:] if line.strip()]
+    if not rows:
+        raise ValueError(f"{path}: expected rows of seed, episode, return; found none")
+    try:
+        table = np.loadtxt(rows, delimiter=",", ndmin=2)
+    except ValueError as err:
+        raise ValueError(f"{path}: a row is not numbers ({err})") from None
+    if table.shape[1] < 3:
+        raise ValueError(f"{path}: expected rows of seed, episode, return; found none")
+    seeds, episodes = table[:, 0], table[:, 1]
+    if (np.any(seeds < 0) or np.any(episodes < 1) or np.any(seeds % 1) or np.any(episodes % 1)
+            or not np.all(np.isfinite(table[:, :2]))):
+        raise ValueError(f"{path}: seeds must be integers >= 0 and episodes integers >= 1")
+    cells = (seeds.max() + 1) * episodes.max()
+    if cells > 4 * len(table) + 1000:
+        raise ValueError(f"{path}: {len(table)} rows name seeds up to {int(seeds.max())} and "
+                         f"episodes up to {int(episodes.max())}: not one run's table")
+    returns = np.full((int(seeds.max()) + 1, int(episodes.max())), np.nan)
+    returns[seeds.astype(int), episodes.astype(int) - 1] = table[:, 2]
     return returns
 
 
@@ -169,11 +194,22 @@ def plot_returns_csv(directory: str | Path) -> Path:
     summary = directory / "summary.json"
     title = "DeepSea"
     if summary.exists():
-        meta = json.loads(summary.read_text())
-        title = f"{meta['agent']} on DeepSea({meta['size']})"
+        meta = read_summary(summary)
+        title = f"{meta.get('agent', '?')} on DeepSea({meta.get('size', '?')})"
     path = directory / "deepsea.png"
     plot_returns(read_returns(directory / "returns.csv"), str(path), title)
     return path
+
+
+def read_summary(path: Path) -> dict:
+    """A run's ``summary.json`` as a dict; ``ValueError`` naming the file otherwise."""
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError:
+        raise ValueError(f"{path}: not JSON") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return meta
 
 
 def plot_returns(returns: np.ndarray, path: str, title: str) -> None:

@@ -349,21 +349,46 @@ def format_table(summary: dict[str, Any]) -> str:
 
 
 def plot_regret_csv(directory: str | Path) -> Path:
-    """Redraw ``regret.png`` in ``directory`` from its ``regret.csv``; returns the path."""
+    """Redraw ``regret.png`` in ``directory`` from its ``regret.csv``; returns the path.
+
+    Raises ``ValueError`` naming the file when it lacks its header, a row is cut or holds a
+    non-number, it has no rows, or a label's rows do not fill whole seeds.
+    """
+    from hyperx.agents.deepsea_report import read_summary
+
     directory = Path(directory)
-    with open(directory / "regret.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    t = np.unique([int(r["t"]) for r in rows])
+    path = directory / "regret.csv"
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, [])
+        if tuple(header) != CSV_COLUMNS:
+            raise ValueError(f"{path}: expected the header {','.join(CSV_COLUMNS)}, got "
+                             f"{','.join(header) or 'none'}")
+        rows = list(reader)
+    if not rows:
+        raise ValueError(f"{path}: holds no rows (nothing to plot)")
     values: dict[str, list[float]] = {}
-    for r in rows:
-        label = f"{r['agent']}:{r['config']}" if r["config"] else r["agent"]
-        values.setdefault(label, []).append(float(r["regret"]))
+    steps: set[int] = set()
+    for number, r in enumerate(rows, start=2):
+        try:
+            agent, config, _, t, regret = r
+            steps.add(int(t))
+            values.setdefault(f"{agent}:{config}" if config else agent, []).append(float(regret))
+        except ValueError:
+            raise ValueError(f"{path}: line {number} is not agent, config, seed, t, regret: "
+                             f"{','.join(r)}") from None
+    t = np.array(sorted(steps))
+    for label, v in values.items():
+        if len(v) % t.size:
+            raise ValueError(f"{path}: {label} has {len(v)} rows, not a whole number of seeds "
+                             f"of {t.size} checkpoints")
     curves = {label: np.reshape(v, (-1, t.size)) for label, v in values.items()}
     title = ""
     summary = directory / "summary.json"
     if summary.exists():
-        meta = json.loads(summary.read_text())
-        title = f"{meta['env_name']}: d={meta['dim']}, K={meta['arms']}, {meta['seeds']} seeds"
+        meta = read_summary(summary)
+        title = (f"{meta.get('env_name', '?')}: d={meta.get('dim', '?')}, "
+                 f"K={meta.get('arms', '?')}, {meta.get('seeds', '?')} seeds")
     plot_regret(t, curves, directory / "regret.png", title=title)
     return directory / "regret.png"
 

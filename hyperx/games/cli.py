@@ -290,15 +290,25 @@ def plot_games_csv(directory: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     directory = Path(directory)
+    path = directory / "regret.csv"
     curves: dict[str, dict[int, dict[int, float]]] = {}
-    with open(directory / "regret.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            if row["player"] == "1":
-                by_seed = curves.setdefault(row["matchup"], {}).setdefault(int(row["seed"]), {})
-                by_seed[int(row["t"])] = float(row["regret"])
+    with open(path, newline="") as f:
+        for number, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                if row["player"] == "1":
+                    by_seed = curves.setdefault(row["matchup"], {}).setdefault(
+                        int(row["seed"]), {})
+                    by_seed[int(row["t"])] = float(row["regret"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {number} is not {','.join(CSV_COLUMNS)}: "
+                                 f"{','.join(str(v) for v in row.values())}") from None
+    if not curves:
+        raise ValueError(f"{path}: holds no rows (nothing to plot)")
     fig, ax = plt.subplots(figsize=(6, 4))
     for text, seeds in curves.items():
         t = np.array(sorted(next(iter(seeds.values()))))
+        if any(sorted(s) != list(t) for s in seeds.values()):
+            raise ValueError(f"{path}: the seeds of {text} do not share their checkpoints t")
         values = np.array([[s[x] for x in t] for s in seeds.values()]) / t
         mean = values.mean(0)
         half = (1.96 * values.std(0, ddof=1) / math.sqrt(len(values)) if len(values) > 1

@@ -64,6 +64,18 @@ def interval95(values) -> dict[str, Any]:
     return {"mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, +-inf) replaced by ``None``, so that
+    ``json.dumps(..., allow_nan=False)`` writes standard JSON (``-Infinity`` is not JSON)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float | np.floating) and not math.isfinite(value):
+        return None
+    return value
+
+
 def first_difference(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
     """``"key: A (saved) vs B (now)"`` for the first key whose values differ, or ``None``."""
     for key in sorted(set(saved) | set(current)):
@@ -107,7 +119,8 @@ def write_manifest(out: Path, command: str, settings: dict[str, Any], *,
         {"command": command, "settings": settings, "complete": complete}, indent=2) + "\n")
 
 
-def _remove(out: Path, names: Iterable[str]) -> None:
+def remove_outputs(out: Path, names: Iterable[str]) -> None:
+    """Delete the files and folders ``names`` a command writes in ``out``, and its run.json."""
     for name in [*names, MANIFEST]:
         path = out / name
         if path.is_dir() and not path.is_symlink():
@@ -158,6 +171,6 @@ def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: boo
                  "another --out")
         fail(f"--out: {out!r} is not empty and holds no hyperx run; pass --overwrite to write "
              "there anyway or choose another --out")
-    _remove(path, outputs)
+    remove_outputs(path, outputs)
     write_manifest(path, command, settings)
     return path, None

@@ -479,3 +479,52 @@ def test_plot_with_a_summary_that_is_not_json_is_one_line(tmp_path, capsys):
     (tmp_path / "summary.json").write_text('{"env_name": "russo", "dim": 2, "arms": 3, '
                                            '"seeds": 1}')
     assert main(["plot", str(tmp_path)]) == 0
+
+
+ATARI = ["atari", "--game", "Pong", "--agent", "dqn", "--steps", "64", "--quiet"]
+
+
+def test_atari_resume_without_checkpoint_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as err:
+        main([*ATARI, "--out", str(tmp_path / "run"), "--resume"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert err.value.code == 2 and len(lines) == 1 and "without --checkpoint" in lines[0]
+
+
+def test_a_refused_atari_run_leaves_nothing_behind(tmp_path, capsys, monkeypatch):
+    import hyperx.agents.atari as atari
+
+    def refuse(*args, **kwargs):
+        raise ValueError("game: Pong is not installed")
+
+    monkeypatch.setattr(atari, "train_atari", refuse)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as err:
+        main([*ATARI, "--out", str(out)])
+    assert err.value.code == 2 and "not installed" in capsys.readouterr().err
+    assert list(out.iterdir()) == []
+
+
+def test_summaries_never_hold_infinity(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from hyperx._rundir import json_safe
+    from hyperx.agents.atari_cli import write_summary
+    from hyperx.agents.config import get_config
+
+    assert json_safe({"a": [1.0, float("-inf")], "b": float("nan"), "c": 2}) == {
+        "a": [1.0, None], "b": None, "c": 2}
+    result = SimpleNamespace(episodes=[], evaluations=[], steps_done=0,
+                             best={"score": float("-inf"), "env_step": None},
+                             env_steps_per_s=0.0, compile_time_s=0.0, replay_bytes=0)
+    args = build_parser().parse_args([*ATARI, "--eval-episodes", "0", "--out", "x"])
+    summary = write_summary(tmp_path, result, args, get_config("dqn", env="atari"))
+    assert summary["best"]["score"] is None
+    assert json.loads((tmp_path / "summary.json").read_text())["best"]["score"] is None
+
+
+def test_counts_accept_the_same_spellings():
+    # --arms takes 1e3 as --steps does (both positive ints, scientific notation allowed).
+    args = build_parser().parse_args(["bandit", "--arms", "1e3", "--steps", "1e3", "--out", "x"])
+    assert args.arms == 1000 and args.steps == 1000

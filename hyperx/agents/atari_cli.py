@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hyperx._argparse import add_run_dir_options, fail, non_negative_int, positive_int
-from hyperx._rundir import prepare_out, write_atomic, write_manifest
+from hyperx._rundir import json_safe, prepare_out, remove_outputs, write_atomic, write_manifest
 
 DESCRIPTION = ("Train a value-based agent on an Atari game through envpool or ale-py; the "
                "whole loop runs as one compiled scan, evaluated between chunks.")
@@ -115,6 +115,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         fail(str(err).replace("num_envs:", "--envs-per-seed:"))
     settings = {k: v for k, v in vars(args).items()
                 if k not in ("func", "out", "quiet", "resume", "overwrite", "command")}
+    if args.resume and not args.checkpoint:
+        fail(f"--resume: {args.out!r} was run without --checkpoint, so there is no state to "
+             "resume from; rerun without --resume")
     out, _ = prepare_out(args.out, "atari", settings, resume=args.resume,
                          overwrite=args.overwrite, outputs=OUTPUTS)
     write_manifest(out, "atari", settings)
@@ -132,9 +135,15 @@ def run_from_args(args: argparse.Namespace) -> int:
             checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
             on_chunk=log)
     except ValueError as err:
-        fail(str(err))
+        refused = err
+    else:
+        refused = None
     finally:
         log.close()
+    if refused is not None:
+        if not args.resume:  # a refused fresh run leaves no empty CSVs or run.json behind
+            remove_outputs(out, OUTPUTS)
+        fail(str(refused))
     write_games(out, result)
     summary = write_summary(out, result, args, config)
     write_manifest(out, "atari", settings, complete=True)
@@ -255,7 +264,8 @@ def write_summary(out: Path, result: Any, args: argparse.Namespace, config: Any)
         "compile_time_s": result.compile_time_s,
         "replay_bytes_per_seed": result.replay_bytes,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    summary = json_safe(summary)
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     _plot(out / "returns.png", result, f"{args.agent} on {args.game}")
     return summary
 

@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="linear", help=f"game: {envs}")
     parser.add_argument("--dim", type=positive_int, default=None,
                         help="feature dimension d (default: the game's)")
-    parser.add_argument("--arms", type=int, default=None,
+    parser.add_argument("--arms", type=positive_int, default=None,
                         help="arms per round K >= 2 (default: the game's)")
     parser.add_argument("--data", default=None,
                         help="--env text: a CSV file or a datasets folder of texts and labels")

@@ -12,7 +12,8 @@ It writes ``OUT/metrics.csv`` (one row per step), ``OUT/summary.json`` and ``OUT
 beside ``OUT/run.json``: ``--out`` is checked before any work and follows the run-directory rules
 of :mod:`hyperx._rundir` (a rerun with the same options replaces its own outputs; a folder
 holding another run or foreign files needs ``--overwrite``). There is no ``--resume``: a run is
-minutes long and restarts from the beginning.
+minutes long and restarts from the beginning; Ctrl-C writes the finished steps' rows to
+``metrics.csv`` and exits with status 130.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from hyperx._argparse import OneLineParser, fail, non_negative_int, positive_int
+from hyperx._argparse import OneLineParser, fail, interrupted, non_negative_int, positive_int
 from hyperx._rundir import prepare_out, write_atomic, write_manifest
 
 OUTPUTS = ("metrics.csv", "summary.json", "curves.png")
@@ -174,14 +175,24 @@ def run_from_args(args: argparse.Namespace) -> int:
 
         bar = tqdm(total=args.steps, desc="hyperx llm", unit="step")
 
+    done: list[dict[str, float]] = []
+
     def progress(i: int, m: dict[str, float]) -> None:
+        done.append(m)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(reward=f"{m['reward']:.3f}", kl=f"{m['mismatch_kl']:.2e}",
                             len=f"{m['response_length']:.2f}")
 
-    state, history = rl.train(trainer, trainer.init(params), jax.random.fold_in(key, 3),
-                              args.steps, callback=progress, timed=True)
+    try:
+        state, history = rl.train(trainer, trainer.init(params), jax.random.fold_in(key, 3),
+                                  args.steps, callback=progress, timed=True)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        write_metrics(done, os.path.join(args.out, "metrics.csv"))
+        interrupted(f"{len(done)} of {args.steps} steps are in {out / 'metrics.csv'}; there is "
+                    "no --resume (rerun the command to start again)")
     if bar is not None:
         bar.close()
     accuracy_after = float(rl.evaluate(train_lm, state.params, task, eval_key))

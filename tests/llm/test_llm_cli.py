@@ -73,3 +73,26 @@ def test_out_and_hf_path_are_checked_before_any_work(tmp_path, capsys):
 def test_registered_in_the_hyperx_parser():
     args = build_parser().parse_args(["llm", "--out", "x"])
     assert args.command == "llm" and args.advantage == "grpo" and args.rollout_dtype == "bfloat16"
+
+
+def test_ctrl_c_keeps_the_finished_steps(tmp_path, capsys, monkeypatch):
+    import hyperx.llm.train as rl
+
+    real = rl.train
+
+    def cut(trainer, state, key, steps, *, callback=None, timed=False):
+        def stop_after_two(i, m):
+            callback(i, m)
+            if i == 1:
+                raise KeyboardInterrupt
+        return real(trainer, state, key, steps, callback=stop_after_two, timed=timed)
+
+    monkeypatch.setattr(rl, "train", cut)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as err:
+        main(["llm", "--difficulty", "1", "--steps", "5", "--prompts", "2", "--group-size", "2",
+              "--warmup-steps", "0", "--d-model", "16", "--layers", "1", "--heads", "2",
+              "--quiet", "--out", str(out)])
+    assert err.value.code == 130
+    assert "2 of 5 steps" in capsys.readouterr().err
+    assert len((out / "metrics.csv").read_text().splitlines()) == 3

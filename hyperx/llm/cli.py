@@ -12,8 +12,8 @@ It writes ``OUT/metrics.csv`` (one row per step), ``OUT/summary.json`` and ``OUT
 beside ``OUT/run.json``: ``--out`` is checked before any work and follows the run-directory rules
 of :mod:`hyperx._rundir` (a rerun with the same options replaces its own outputs; a folder
 holding another run or foreign files needs ``--overwrite``). There is no ``--resume``: a run is
-minutes long and restarts from the beginning; Ctrl-C writes the finished steps' rows to
-``metrics.csv`` and exits with status 130.
+minutes long and restarts from the beginning. ``metrics.csv`` gains each step's row as the step
+ends; Ctrl-C leaves the finished steps there and exits with status 130.
 """
 
 from __future__ import annotations
@@ -176,9 +176,19 @@ def run_from_args(args: argparse.Namespace) -> int:
         bar = tqdm(total=args.steps, desc="hyperx llm", unit="step")
 
     done: list[dict[str, float]] = []
+    stream = open(os.path.join(args.out, "metrics.csv"), "w", newline="")  # noqa: SIM115
+    rows = csv.writer(stream)
+    columns: list[str] = []
 
     def progress(i: int, m: dict[str, float]) -> None:
+        # Each step's row is on disk as soon as the step ends (the file is rewritten whole at
+        # the end, with the union of the keys).
+        if not done:
+            columns.extend(sorted(set(m) - {"step"}))
+            rows.writerow(["step", *columns])
         done.append(m)
+        rows.writerow([int(m.get("step", 0)), *(m.get(k, "") for k in columns)])
+        stream.flush()
         if bar is not None:
             bar.update(1)
             bar.set_postfix(reward=f"{m['reward']:.3f}", kl=f"{m['mismatch_kl']:.2e}",
@@ -190,9 +200,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
+        stream.close()
         write_metrics(done, os.path.join(args.out, "metrics.csv"))
         interrupted(f"{len(done)} of {args.steps} steps are in {out / 'metrics.csv'}; there is "
                     "no --resume (rerun the command to start again)")
+    finally:
+        stream.close()
     if bar is not None:
         bar.close()
     accuracy_after = float(rl.evaluate(train_lm, state.params, task, eval_key))

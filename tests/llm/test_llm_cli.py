@@ -83,6 +83,8 @@ def test_ctrl_c_keeps_the_finished_steps(tmp_path, capsys, monkeypatch):
     def cut(trainer, state, key, steps, *, callback=None, timed=False):
         def stop_after_two(i, m):
             callback(i, m)
+            # Each finished step's row is already on disk.
+            assert len((out / "metrics.csv").read_text().splitlines()) == i + 2
             if i == 1:
                 raise KeyboardInterrupt
         return real(trainer, state, key, steps, callback=stop_after_two, timed=timed)

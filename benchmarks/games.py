@@ -48,7 +48,7 @@ from hyperx.games import (
     PlayerSpec,
     eigen_features,
     make_learner,
-    play,
+    make_play_seeds,
     play_seeds,
     random_gp_game,
 )
@@ -207,8 +207,7 @@ def throughput(seed: int) -> dict:
         for seeds in (1, 100, 1000):
             games = make_games(seeds, seed)
             keys = jax.random.split(jax.random.key(seed + 1), seeds)
-            learners = players(pair)
-            fn = jax.jit(jax.vmap(lambda g, k, ls=learners: play(g, ls, k, T, noise_std=SIGMA)))
+            fn = make_play_seeds(players(pair), T, noise_std=SIGMA)
             jax.block_until_ready(fn(games, keys))
             start = time.perf_counter()
             jax.block_until_ready(fn(games, keys))

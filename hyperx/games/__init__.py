@@ -30,9 +30,10 @@ from hyperx.games.normal_form import (
     rock_paper_scissors,
     zero_sum,
 )
-from hyperx.games.play import PlayResult, Rounds, play, play_seeds
+from hyperx.games.play import PlayResult, Rounds, make_play_seeds, play, play_seeds
 
 __all__ = ["LEARNERS", "RBF", "Feedback", "GameLearner", "PlayResult", "PlayerSpec", "Rounds",
            "cce_gap", "eigen_features", "ensemble_mw", "exp3_ix", "exp3p", "fourier_features",
-           "gp_mw", "hedge", "make_learner", "nash_conv", "payoff", "payoff_vector", "play",
-           "play_seeds", "random_gp_game", "rock_paper_scissors", "uniform", "zero_sum"]
+           "gp_mw", "hedge", "make_learner", "make_play_seeds", "nash_conv", "payoff",
+           "payoff_vector", "play", "play_seeds", "random_gp_game", "rock_paper_scissors",
+           "uniform", "zero_sum"]

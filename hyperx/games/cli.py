@@ -152,18 +152,17 @@ def _part_path(out: Path, index: int, start: int, stop: int) -> Path:
     return out / "parts" / f"matchup{index:02d}_seeds{start:09d}-{stop - 1:09d}.csv"
 
 
-def _run_part(args, num_actions, text: str, learners: list, start: int, stop: int,
+def _run_part(args, num_actions, text: str, program, start: int, stop: int,
               checkpoints: np.ndarray, path: Path) -> None:
     import jax
 
     from hyperx.games.normal_form import cce_gap, nash_conv
-    from hyperx.games.play import play_seeds
 
     games = _games(args, num_actions, start, stop)
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(args.seed + 1), s))(
         np.arange(start, stop))
     begin = time.perf_counter()
-    result = play_seeds(games, learners, keys, args.steps, noise_std=args.noise)
+    result = program(games, keys)
     regret = np.asarray(result.rounds.regret)[:, checkpoints - 1]  # (S, C, N)
     if args.game != "general_sum":
         gaps = jax.vmap(nash_conv)(games, result.mean_strategies)
@@ -210,10 +209,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     blocks = [(i, start, min(start + args.seeds_per_part, args.seeds))
               for i in range(len(matchups)) for start in range(0, args.seeds, args.seeds_per_part)]
     todo = [b for b in blocks if not _part_path(out, *b).exists()]
+    from hyperx.games.play import make_play_seeds
+
+    programs = {i: make_play_seeds(matchups[i][1], args.steps, noise_std=args.noise)
+                for i in {b[0] for b in todo}}  # one compiled program per matchup, all parts
     try:
         for i, start, stop in todo:
-            text, learners = matchups[i]
-            _run_part(args, num_actions, text, learners, start, stop, checkpoints,
+            _run_part(args, num_actions, matchups[i][0], programs[i], start, stop, checkpoints,
                       _part_path(out, i, start, stop))
     except KeyboardInterrupt:
         done = sum(_part_path(out, *b).exists() for b in blocks)

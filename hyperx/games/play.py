@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import jax
@@ -137,5 +137,12 @@ def play_seeds(payoffs: Array, learners: Sequence[GameLearner], keys: Array, hor
     if jnp.shape(keys)[:1] != jnp.shape(payoffs)[:1]:
         raise ValueError(f"keys: expected one key per game ({jnp.shape(payoffs)[0]}), got "
                          f"shape {jnp.shape(keys)}")
-    fn = jax.jit(jax.vmap(lambda p, k: play(p, learners, k, horizon, noise_std=noise_std)))
-    return fn(payoffs, keys)
+    return make_play_seeds(learners, horizon, noise_std=noise_std)(payoffs, keys)
+
+
+def make_play_seeds(learners: Sequence[GameLearner], horizon: int, *,
+                    noise_std: float = 1.0) -> Callable[[Array, Array], PlayResult]:
+    """The compiled program behind :func:`play_seeds`: ``fn(payoffs (S, ...), keys (S,))``.
+    Hold it to play more batches of the same shapes without compiling again."""
+    check_int("horizon", horizon)
+    return jax.jit(jax.vmap(lambda p, k: play(p, learners, k, horizon, noise_std=noise_std)))

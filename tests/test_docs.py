@@ -27,7 +27,7 @@ PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md")
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 LANGUAGES = ("python", "pycon", "bash", "text")
 FENCE = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
-LLM_PAGES = ("corrections", "objectives", "baselines", "schedule", "verl")
+LLM_PAGES = ("corrections", "objectives", "baselines", "schedule", "verl", "moe")
 VERL = ROOT / "docs" / "llm" / "verl.md"
 
 

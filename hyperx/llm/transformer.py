@@ -6,7 +6,9 @@ Llama-style block (Touvron et al. 2023): ``x += Attn(RMSNorm(x)); x += SwiGLU(RM
 * Rotary position embedding (Su et al. 2021, RoFormer): each pair of query/key features
   ``(x_{2i}, x_{2i+1})`` at position ``p`` is rotated by ``p * base^{-2i/d_head}``, so
   ``<q_p, k_s>`` depends on ``p - s`` only.
-* SwiGLU MLP (Shazeer 2020): ``W_2 (silu(W_1 x) * W_3 x)``.
+* SwiGLU MLP (Shazeer 2020): ``W_2 (silu(W_1 x) * W_3 x)``; with ``moe`` (a
+  :class:`~hyperx.llm.moe.MoEConfig`) the blocks in ``moe_layers`` (default: all) use a
+  mixture of SwiGLU experts with Top-K or soft routing instead (:mod:`hyperx.llm.moe`).
 * Causal attention ``softmax(q k^T / sqrt(d_head) + mask) v``; softmax in float32.
 
 One attention path serves the teacher-forced forward and cached decoding: new keys/values are
@@ -30,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from hyperx._validation import check_integer, check_positive, check_rank
+from hyperx.llm.moe import MoEConfig, MoEFeedForward
 
 
 class KVCache(NamedTuple):
@@ -89,13 +92,15 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-RMSNorm block: RoPE attention and a SwiGLU MLP, both residual."""
+    """Pre-RMSNorm block: RoPE attention and a SwiGLU MLP (or an MoE of SwiGLU experts, with
+    ``moe``), both residual."""
 
     num_heads: int
     mlp_hidden: int
     rope_base: float = 10_000.0
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    moe: MoEConfig | None = None
 
     @nn.compact
     def __call__(self, x, positions, k_cache, v_cache, index):
@@ -108,6 +113,9 @@ class Block(nn.Module):
                                                  v_cache, index)
         x = x + h
         h = norm("norm_mlp")(x)
+        if self.moe is not None:
+            return (x + MoEFeedForward(self.moe, self.dtype, self.param_dtype, name="moe")(h),
+                    keys, values)
         h = nn.silu(dense(self.mlp_hidden, "w1")(h)) * dense(self.mlp_hidden, "w3")(h)
         return x + dense(x.shape[-1], "w2")(h), keys, values
 
@@ -130,9 +138,17 @@ class Transformer(nn.Module):
     rope_base: float = 10_000.0
     dtype: jnp.dtype = jnp.float32
     param_dtype: jnp.dtype = jnp.float32
+    moe: MoEConfig | None = None
+    moe_layers: tuple[int, ...] | None = None
 
     def setup(self) -> None:
         check_positive("vocab_size", self.vocab_size)
+        layers = range(self.num_layers) if self.moe_layers is None else self.moe_layers
+        if self.moe is None and self.moe_layers is not None:
+            raise ValueError("moe_layers: given without an moe config")
+        if any(not 0 <= i < self.num_layers for i in layers):
+            raise ValueError(f"moe_layers: expected block indices in [0, {self.num_layers - 1}], "
+                             f"got {tuple(layers)}")
         if self.d_model % self.num_heads or (self.d_model // self.num_heads) % 2:
             raise ValueError(f"d_model: expected a multiple of 2 * num_heads = "
                              f"{2 * self.num_heads}, got {self.d_model}")
@@ -140,7 +156,8 @@ class Transformer(nn.Module):
                               param_dtype=self.param_dtype,
                               embedding_init=nn.initializers.normal(0.02))
         self.blocks = [Block(self.num_heads, self.mlp_hidden, self.rope_base, self.dtype,
-                             self.param_dtype, name=f"block_{i}") for i in range(self.num_layers)]
+                             self.param_dtype, self.moe if i in layers else None,
+                             name=f"block_{i}") for i in range(self.num_layers)]
         self.norm_f = nn.RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype)
 
     def _check(self, tokens: jax.Array, end: int) -> None:

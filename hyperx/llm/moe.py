@@ -1,0 +1,149 @@
+"""A mixture-of-experts feed-forward block with Top-K or soft routing, for the Flax transformer.
+
+``E`` SwiGLU experts ``f_e(x) = W2_e (silu(W1_e x) * W3_e x)`` and a linear router
+``l(x) = W_r x in R^E``. The block returns ``y = sum_e g_e(x) f_e(x)`` with gates ``g``:
+
+* ``routing="top_k"``, ``gates="renormalised"`` (Mixtral, Jiang et al. 2024): ``S`` = the ``K``
+  largest logits, ``g_e = exp(l_e) / sum_{j in S} exp(l_j)`` for ``e in S``, else 0. A softmax
+  over the selected logits and a softmax over all experts renormalised over the selected ones
+  are the same numbers (the partition function cancels), so one option covers both wordings.
+* ``routing="top_k"``, ``gates="unnormalised"`` (Switch Transformer, Fedus et al. 2021; GShard,
+  Lepikhin et al. 2020): ``g_e = softmax(l)_e`` for ``e in S``, else 0 (the gates sum to < 1).
+* ``routing="soft"``: every expert weighted, ``g = softmax(l / temperature)``: a dense mixture,
+  continuous in the parameters.
+
+The Top-K map is piecewise constant in the parameters: an expert outside ``S`` gets exactly zero
+gradient from a token ("gradient blackout"), and a small change of the logits (another
+precision, a later parameter version) can swap a token's experts, which changes its output by a
+finite amount. That is the training-inference mismatch of MoE models that routing replay
+(the sampler's expert choice reused by the trainer) removes.
+
+At this scale every expert runs on every token and the gates zero the unselected ones (no
+capacity factor, no token dropping: with a few experts and short sequences the dense compute is
+cheaper than a dispatch).
+
+The block sows per-call statistics in the ``"intermediates"`` collection (``mutable=
+["intermediates"]`` to collect them): ``experts`` (the selected indices ``[..., K]``, or all
+for soft routing), ``router_probs`` (``softmax(l)``, ``[..., E]``). :func:`load_balance_loss`
+and :func:`router_entropy` turn them into the Switch auxiliary loss and the entropy regulariser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from hyperx._validation import check_choice, check_int, check_positive
+
+ROUTINGS = ("top_k", "soft")
+GATES = ("renormalised", "unnormalised")
+
+
+@dataclasses.dataclass(frozen=True)
+class MoEConfig:
+    """Static settings of an MoE feed-forward block (hashable).
+
+    Attributes:
+      num_experts: ``E`` experts.
+      top_k: ``K`` experts per token (``1 <= K <= E``) for ``routing="top_k"``.
+      routing: ``"top_k"`` or ``"soft"`` (all experts, softmax gates at ``temperature``).
+      gates: ``"renormalised"`` (the selected experts' gates sum to 1) or ``"unnormalised"``
+        (the full softmax's values at the selected experts).
+      temperature: soft routing's softmax temperature (> 0).
+      expert_hidden: hidden width of each SwiGLU expert.
+    """
+
+    num_experts: int = 4
+    top_k: int = 2
+    routing: str = "top_k"
+    gates: str = "renormalised"
+    temperature: float = 1.0
+    expert_hidden: int = 64
+
+    def __post_init__(self) -> None:
+        check_int("num_experts", self.num_experts)
+        check_int("top_k", self.top_k, high=self.num_experts)
+        check_choice("routing", self.routing, ROUTINGS)
+        check_choice("gates", self.gates, GATES)
+        check_positive("temperature", self.temperature)
+        check_int("expert_hidden", self.expert_hidden)
+
+
+def route(logits: jax.Array, config: MoEConfig) -> tuple[jax.Array, jax.Array]:
+    """Gates ``[..., E]`` (zero outside the selected experts) and the selected experts
+    ``[..., K]`` (all ``E`` for soft routing) of router ``logits [..., E]`` (float32)."""
+    logits = logits.astype(jnp.float32)
+    e = config.num_experts
+    if config.routing == "soft":
+        experts = jnp.broadcast_to(jnp.arange(e), logits.shape)
+        return jax.nn.softmax(logits / config.temperature, axis=-1), experts
+    top, experts = jax.lax.top_k(logits, config.top_k)
+    selected = jax.nn.one_hot(experts, e, dtype=jnp.float32).sum(-2)  # [..., E] in {0, 1}
+    if config.gates == "renormalised":
+        weights = jax.nn.softmax(top, axis=-1)
+        gates = jnp.einsum("...k,...ke->...e", weights,
+                           jax.nn.one_hot(experts, e, dtype=jnp.float32))
+    else:
+        gates = jax.nn.softmax(logits, axis=-1) * selected
+    return gates, experts
+
+
+def load_balance_loss(router_probs: jax.Array, experts: jax.Array, num_experts: int,
+                      mask: jax.Array | None = None) -> jax.Array:
+    """The Switch Transformer auxiliary loss ``E sum_e f_e P_e`` (Fedus et al. 2021, eq. 4).
+
+    ``f_e``: the fraction of the tokens' ``K`` expert assignments that go to ``e``; ``P_e``: the
+    mean router probability of ``e``; both over the tokens where ``mask`` (``[...]``) is true.
+    It is 1 when routing is uniform and grows to ``E`` as it collapses onto one expert.
+    """
+    shape = router_probs.shape[:-1]
+    w = jnp.ones(shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+    n = jnp.maximum(jnp.sum(w), 1.0)
+    counts = jax.nn.one_hot(experts, num_experts, dtype=jnp.float32).sum(-2)  # [..., E]
+    f = jnp.einsum("...e,...->e", counts, w) / (n * experts.shape[-1])
+    p = jnp.einsum("...e,...->e", router_probs.astype(jnp.float32), w) / n
+    return num_experts * jnp.sum(f * p)
+
+
+def router_entropy(router_probs: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    """Mean entropy (nats) of the router's softmax over the tokens where ``mask`` is true;
+    in ``[0, ln E]``. Subtracting ``coef * entropy`` from a loss regularises towards spread."""
+    p = router_probs.astype(jnp.float32)
+    h = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
+    if mask is None:
+        return jnp.mean(h)
+    w = mask.astype(jnp.float32)
+    return jnp.sum(h * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+class MoEFeedForward(nn.Module):
+    """``E`` SwiGLU experts behind a linear router (see the module docstring)."""
+
+    config: MoEConfig
+    dtype: jnp.dtype = jnp.float32
+    param_dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c = self.config
+        d = x.shape[-1]
+        init = nn.initializers.lecun_normal()
+        router = nn.Dense(c.num_experts, use_bias=False, dtype=self.dtype,
+                          param_dtype=self.param_dtype, name="router")
+        w1 = self.param("w1", init, (c.num_experts, d, c.expert_hidden), self.param_dtype)
+        w3 = self.param("w3", init, (c.num_experts, d, c.expert_hidden), self.param_dtype)
+        w2 = self.param("w2", nn.initializers.normal(1.0 / math.sqrt(c.expert_hidden)),
+                        (c.num_experts, c.expert_hidden, d), self.param_dtype)
+        logits = router(x)
+        gates, experts = route(logits, c)
+        self.sow("intermediates", "experts", experts)
+        self.sow("intermediates", "router_probs", jax.nn.softmax(logits.astype(jnp.float32)))
+        xc = x.astype(self.dtype)
+        h = (nn.silu(jnp.einsum("...d,edh->...eh", xc, w1.astype(self.dtype)))
+             * jnp.einsum("...d,edh->...eh", xc, w3.astype(self.dtype)))
+        out = jnp.einsum("...eh,ehd->...ed", h, w2.astype(self.dtype))
+        return jnp.einsum("...e,...ed->...d", gates.astype(self.dtype), out)

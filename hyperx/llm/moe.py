@@ -26,6 +26,12 @@ The block sows per-call statistics in the ``"intermediates"`` collection (``muta
 ["intermediates"]`` to collect them): ``experts`` (the selected indices ``[..., K]``, or all
 for soft routing), ``router_probs`` (``softmax(l)``, ``[..., E]``). :func:`load_balance_loss`
 and :func:`router_entropy` turn them into the Switch auxiliary loss and the entropy regulariser.
+
+Routing replay: ``MoEFeedForward(x, experts)`` (and ``Transformer.apply(params, tokens,
+routing=...)``, one ``[B, T, K]`` selection per MoE layer) computes the block on recorded
+experts: the gates come from the current router logits at those experts, so the router still
+gets its gradient, while the selection is the recorded one (the sampler's, in verl's Router
+Replay).
 """
 
 from __future__ import annotations
@@ -73,15 +79,28 @@ class MoEConfig:
         check_int("expert_hidden", self.expert_hidden)
 
 
-def route(logits: jax.Array, config: MoEConfig) -> tuple[jax.Array, jax.Array]:
+def route(logits: jax.Array, config: MoEConfig,
+          experts: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """Gates ``[..., E]`` (zero outside the selected experts) and the selected experts
-    ``[..., K]`` (all ``E`` for soft routing) of router ``logits [..., E]`` (float32)."""
+    ``[..., K]`` (all ``E`` for soft routing) of router ``logits [..., E]`` (float32).
+
+    ``experts [..., K]`` replays a recorded selection (routing replay): the gates are computed
+    from the current logits at those experts, so the router keeps its gradient, but the set is
+    not re-chosen (ignored for soft routing, which selects nothing).
+    """
     logits = logits.astype(jnp.float32)
     e = config.num_experts
     if config.routing == "soft":
         experts = jnp.broadcast_to(jnp.arange(e), logits.shape)
         return jax.nn.softmax(logits / config.temperature, axis=-1), experts
-    top, experts = jax.lax.top_k(logits, config.top_k)
+    if experts is None:
+        top, experts = jax.lax.top_k(logits, config.top_k)
+    else:
+        if experts.shape != (*logits.shape[:-1], config.top_k):
+            raise ValueError(f"experts: expected shape {(*logits.shape[:-1], config.top_k)} "
+                             f"(the recorded top-{config.top_k} per token), got {experts.shape}")
+        experts = experts.astype(jnp.int32)
+        top = jnp.take_along_axis(logits, experts, axis=-1)
     selected = jax.nn.one_hot(experts, e, dtype=jnp.float32).sum(-2)  # [..., E] in {0, 1}
     if config.gates == "renormalised":
         weights = jax.nn.softmax(top, axis=-1)
@@ -128,7 +147,8 @@ class MoEFeedForward(nn.Module):
     param_dtype: jnp.dtype = jnp.float32
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, experts: jax.Array | None = None) -> jax.Array:
+        """``x [..., d]``; ``experts [..., K]`` replays a recorded routing (see :func:`route`)."""
         c = self.config
         d = x.shape[-1]
         init = nn.initializers.lecun_normal()
@@ -139,7 +159,7 @@ class MoEFeedForward(nn.Module):
         w2 = self.param("w2", nn.initializers.normal(1.0 / math.sqrt(c.expert_hidden)),
                         (c.num_experts, c.expert_hidden, d), self.param_dtype)
         logits = router(x)
-        gates, experts = route(logits, c)
+        gates, experts = route(logits, c, experts)
         self.sow("intermediates", "experts", experts)
         self.sow("intermediates", "router_probs", jax.nn.softmax(logits.astype(jnp.float32)))
         xc = x.astype(self.dtype)

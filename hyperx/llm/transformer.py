@@ -103,7 +103,7 @@ class Block(nn.Module):
     moe: MoEConfig | None = None
 
     @nn.compact
-    def __call__(self, x, positions, k_cache, v_cache, index):
+    def __call__(self, x, positions, k_cache, v_cache, index, experts=None):
         norm = lambda name: nn.RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
                                        name=name)
         dense = lambda f, name: nn.Dense(f, use_bias=False, dtype=self.dtype,  # noqa: E731
@@ -114,8 +114,8 @@ class Block(nn.Module):
         x = x + h
         h = norm("norm_mlp")(x)
         if self.moe is not None:
-            return (x + MoEFeedForward(self.moe, self.dtype, self.param_dtype, name="moe")(h),
-                    keys, values)
+            moe = MoEFeedForward(self.moe, self.dtype, self.param_dtype, name="moe")
+            return x + moe(h, experts), keys, values
         h = nn.silu(dense(self.mlp_hidden, "w1")(h)) * dense(self.mlp_hidden, "w3")(h)
         return x + dense(x.shape[-1], "w2")(h), keys, values
 
@@ -167,21 +167,30 @@ class Transformer(nn.Module):
             raise ValueError(f"tokens: expected positions < max_len = {self.max_len}, "
                              f"got shape {tokens.shape} ending at {end}")
 
-    def _run(self, tokens, positions, cache, index):
+    def _run(self, tokens, positions, cache, index, routing=None):
         x = self.embed(tokens)
         ks, vs = [], []
         for i, block in enumerate(self.blocks):
             kc = None if cache is None else cache.k[i]
             vc = None if cache is None else cache.v[i]
-            x, k, v = block(x, positions, kc, vc, index)
+            experts = None if routing is None else routing.get(f"block_{i}")
+            x, k, v = block(x, positions, kc, vc, index, experts)
             ks.append(k)
             vs.append(v)
         logits = self.embed.attend(self.norm_f(x))  # tied head, in the compute dtype
         return logits.astype(jnp.float32), KVCache(jnp.stack(ks), jnp.stack(vs))
 
-    def __call__(self, tokens: jax.Array) -> jax.Array:
+    def __call__(self, tokens: jax.Array,
+                 routing: dict[str, jax.Array] | None = None) -> jax.Array:
+        """Teacher-forced logits; ``routing`` (``{"block_i": experts [B, T, K]}``) replays
+        recorded expert selections in those MoE blocks (routing replay)."""
         self._check(tokens, tokens.shape[1])
-        return self._run(tokens, jnp.arange(tokens.shape[1]), None, 0)[0]
+        if routing is not None:
+            unknown = set(routing) - {f"block_{i}" for i, b in enumerate(self.blocks)
+                                      if b.moe is not None}
+            if unknown:
+                raise ValueError(f"routing: expected keys of MoE blocks, got {sorted(unknown)}")
+        return self._run(tokens, jnp.arange(tokens.shape[1]), None, 0, routing)[0]
 
     def decode(self, tokens: jax.Array, cache: KVCache,
                index: jax.Array | int) -> tuple[jax.Array, KVCache]:

@@ -125,3 +125,30 @@ def test_bad_moe_settings_are_named():
     with pytest.raises(ValueError, match="moe_layers"):
         Transformer(vocab_size=8, moe_layers=(0,)).init(jax.random.key(0),
                                                         jnp.zeros((1, 2), jnp.int32))
+
+
+def test_routing_replay_reproduces_the_recorded_forward_and_keeps_the_router_gradient():
+    moe = MoEConfig(num_experts=4, top_k=2, expert_hidden=16)
+    model = Transformer(vocab_size=20, d_model=16, num_layers=2, num_heads=2, max_len=12,
+                        moe=moe)
+    tokens = jax.random.randint(jax.random.key(6), (2, 8), 0, 20)
+    params = model.init(jax.random.key(7), tokens)
+    logits, stats = model.apply(params, tokens, mutable=["intermediates"])
+    routing = {name: stats["intermediates"][name]["moe"]["experts"][0]
+               for name in ("block_0", "block_1")}
+    np.testing.assert_allclose(model.apply(params, tokens, routing=routing), logits, atol=1e-6)
+    # A later parameter version: replay keeps the recorded experts, so where the fresh routing
+    # flipped, the replayed forward differs from the fresh one.
+    later = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.key(8), p.shape),
+                         params)
+    fresh, new = model.apply(later, tokens, mutable=["intermediates"])
+    flipped = np.any(np.sort(new["intermediates"]["block_0"]["moe"]["experts"][0], -1)
+                     != np.sort(routing["block_0"], -1))
+    replayed = model.apply(later, tokens, routing=routing)
+    assert flipped and not np.allclose(replayed, fresh, atol=1e-4)
+    grads = jax.grad(lambda p: jnp.sum(model.apply(p, tokens, routing=routing) ** 2))(params)
+    assert float(jnp.abs(grads["params"]["block_1"]["moe"]["router"]["kernel"]).max()) > 0
+    with pytest.raises(ValueError, match="routing"):
+        model.apply(params, tokens, routing={"block_9": routing["block_0"]})
+    with pytest.raises(ValueError, match="experts"):
+        model.apply(params, tokens, routing={"block_0": routing["block_0"][..., :1]})

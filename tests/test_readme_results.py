@@ -147,6 +147,13 @@ def _parity_phrases() -> list[str]:
     random = alien["baselines"]["random"]
     phrases.append(f"uniformly random play scores {random['mean']:.1f} here ({random['n']} "
                    f"games; published 227.8)")
+    if "dqn_100k" in alien:
+        dqn = alien["dqn_100k"]["evals"]
+        cells = [f"{sum(dqn[s]) / len(dqn[s]):.1f} ({len(dqn[s])} seed"
+                 f"{'s' if len(dqn[s]) != 1 else ''})" for s in ("0", "20000", "40000")
+                 if s in dqn]
+        phrases.append("DQN with the Atari-100k settings (`dqn_100k`) at the same budget "
+                       "scores " + " -> ".join(cells))
     return phrases
 
 

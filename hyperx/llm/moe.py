@@ -25,7 +25,9 @@ cheaper than a dispatch).
 The block sows per-call statistics in the ``"intermediates"`` collection (``mutable=
 ["intermediates"]`` to collect them): ``experts`` (the selected indices ``[..., K]``, or all
 for soft routing), ``router_probs`` (``softmax(l)``, ``[..., E]``). :func:`load_balance_loss`
-and :func:`router_entropy` turn them into the Switch auxiliary loss and the entropy regulariser.
+and :func:`router_entropy` turn them into the Switch auxiliary loss and the entropy regulariser;
+:func:`routing_diagnostics` compares two routings of the same tokens (flip rate, experts with no
+gradient, load, a per-token value split into flipped and held tokens).
 
 Routing replay: ``MoEFeedForward(x, experts)`` (and ``Transformer.apply(params, tokens,
 routing=...)``, one ``[B, T, K]`` selection per MoE layer) computes the block on recorded
@@ -137,6 +139,51 @@ def router_entropy(router_probs: jax.Array, mask: jax.Array | None = None) -> ja
         return jnp.mean(h)
     w = mask.astype(jnp.float32)
     return jnp.sum(h * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def _weights(shape: tuple[int, ...], mask: jax.Array | None) -> jax.Array:
+    return jnp.ones(shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+
+
+def routing_flips(*, experts_a: jax.Array, experts_b: jax.Array) -> jax.Array:
+    """``[...]`` bool: where the Top-K *sets* of two routings of the same tokens differ (the
+    order within a set does not count), e.g. the bf16 sampler's against the float32 trainer's,
+    or one parameter version's against the next."""
+    if experts_a.shape != experts_b.shape:
+        raise ValueError(f"experts_a, experts_b: expected the same shape [..., K], got "
+                         f"{experts_a.shape} and {experts_b.shape}")
+    return jnp.any(jnp.sort(experts_a, -1) != jnp.sort(experts_b, -1), axis=-1)
+
+
+def routing_diagnostics(*, experts_a: jax.Array, experts_b: jax.Array, num_experts: int,
+                        token_values: jax.Array | None = None,
+                        mask: jax.Array | None = None) -> dict[str, jax.Array]:
+    """Stability-gap diagnostics of Top-K routing over the tokens where ``mask`` is true.
+
+    * ``flip_fraction``: tokens whose expert set differs between ``experts_a`` and
+      ``experts_b`` (``[..., K]`` each);
+    * ``dead_expert_fraction``: experts that no token selects in ``experts_a`` (they receive no
+      gradient from this batch: the gradient blackout);
+    * ``load_max``: the largest expert's share of the assignments in ``experts_a`` (``1 / E``
+      when balanced);
+    * with ``token_values [...]`` (e.g. the per-token mismatch KL): ``value_flipped`` and
+      ``value_held``, its mean over the flipped and over the held tokens (0 where there are
+      none).
+    """
+    flips = routing_flips(experts_a=experts_a, experts_b=experts_b).astype(jnp.float32)
+    w = _weights(flips.shape, mask)
+    n = jnp.maximum(jnp.sum(w), 1.0)
+    counts = jnp.einsum("...e,...->e", jax.nn.one_hot(experts_a, num_experts,
+                                                      dtype=jnp.float32).sum(-2), w)
+    out = {"flip_fraction": jnp.sum(flips * w) / n,
+           "dead_expert_fraction": jnp.mean((counts == 0).astype(jnp.float32)),
+           "load_max": jnp.max(counts) / jnp.maximum(jnp.sum(counts), 1.0)}
+    if token_values is not None:
+        v = token_values.astype(jnp.float32)
+        out["value_flipped"] = jnp.sum(v * flips * w) / jnp.maximum(jnp.sum(flips * w), 1.0)
+        out["value_held"] = (jnp.sum(v * (1 - flips) * w)
+                             / jnp.maximum(jnp.sum((1 - flips) * w), 1.0))
+    return out
 
 
 class MoEFeedForward(nn.Module):

@@ -152,3 +152,24 @@ def test_routing_replay_reproduces_the_recorded_forward_and_keeps_the_router_gra
         model.apply(params, tokens, routing={"block_9": routing["block_0"]})
     with pytest.raises(ValueError, match="experts"):
         model.apply(params, tokens, routing={"block_0": routing["block_0"][..., :1]})
+
+
+def test_routing_diagnostics_by_hand():
+    from hyperx.llm.moe import routing_diagnostics, routing_flips
+
+    a = jnp.array([[[0, 1], [2, 3], [1, 0], [0, 1]]])   # 4 tokens, top-2 of 5 experts
+    b = jnp.array([[[1, 0], [2, 0], [1, 0], [0, 1]]])   # token 1 flipped; token 0 only reordered
+    np.testing.assert_array_equal(routing_flips(experts_a=a, experts_b=b),
+                                  [[False, True, False, False]])
+    kl = jnp.array([[0.1, 0.9, 0.3, 0.2]])
+    out = routing_diagnostics(experts_a=a, experts_b=b, num_experts=5, token_values=kl)
+    assert float(out["flip_fraction"]) == pytest.approx(0.25)
+    assert float(out["dead_expert_fraction"]) == pytest.approx(0.2)   # expert 4 never chosen
+    assert float(out["load_max"]) == pytest.approx(3 / 8)            # experts 0 and 1: 3 of 8
+    assert float(out["value_flipped"]) == pytest.approx(0.9)
+    assert float(out["value_held"]) == pytest.approx(0.2)
+    masked = routing_diagnostics(experts_a=a, experts_b=b, num_experts=5, token_values=kl,
+                                 mask=jnp.array([[1, 0, 1, 1]]))
+    assert float(masked["flip_fraction"]) == 0.0 and float(masked["value_flipped"]) == 0.0
+    with pytest.raises(ValueError, match="experts_a, experts_b"):
+        routing_flips(experts_a=a, experts_b=b[..., :1])

@@ -116,7 +116,12 @@ class LanguageModel(NamedTuple):
     * ``init_cache(batch, length) -> cache`` (any pytree);
     * ``decode(params, tokens [B, S], cache, index) -> (logits [B, S, V] float32, cache)``:
       ``tokens`` sit at positions ``index .. index + S - 1``;
-    * ``vocab_size``, ``max_len``: static sizes.
+    * ``vocab_size``, ``max_len``: static sizes;
+    * for a mixture-of-experts model (:mod:`hyperx.llm.moe`), ``routed_logits(params, tokens,
+      routing) -> (logits, stats)`` (``routing``: ``{"block_i": experts [B, T, K]}`` to replay,
+      or None; ``stats``: ``{"experts": {...}, "router_probs": {"block_i": [B, T, E]}}``) and
+      ``routed_decode(params, tokens, cache, index) -> (logits, cache, experts)``; None for a
+      dense model.
 
     :func:`transformer_lm` wraps :class:`hyperx.llm.transformer.Transformer`;
     :func:`hyperx.llm.hf.hf_lm` wraps a transformers Flax causal LM.
@@ -127,32 +132,59 @@ class LanguageModel(NamedTuple):
     decode: Callable[[Any, jax.Array, Any, jax.Array], tuple[jax.Array, Any]]
     vocab_size: int
     max_len: int
+    routed_logits: Callable[..., tuple[jax.Array, dict]] | None = None
+    routed_decode: Callable[..., tuple[jax.Array, Any, dict]] | None = None
 
 
 class Rollout(NamedTuple):
     """Sampled responses ``[B, T]``: token ids (``pad_id`` after EOS), the sampler's log-prob of
     each sampled token (float32), the response mask (1 up to and including EOS) and, when
-    requested, the sampler's logits ``[B, T, V]`` (for exact trust-region masking)."""
+    requested, the sampler's logits ``[B, T, V]`` (for exact trust-region masking) and its
+    routing ``{"block_i": experts [B, P + T, K]}`` (the experts every position of
+    ``concat(prompt, response)`` was sent to in each MoE block, for routing replay)."""
 
     tokens: jax.Array
     log_probs: jax.Array
     mask: jax.Array
     logits: jax.Array | None = None
+    routing: dict[str, jax.Array] | None = None
+
+
+def _routing_stats(state) -> dict[str, dict[str, jax.Array]]:
+    """``{"experts": {block: [..., K]}, "router_probs": {block: [..., E]}}`` sown by the MoE
+    blocks of a :class:`hyperx.llm.transformer.Transformer` in ``state["intermediates"]``."""
+    blocks = {name: v["moe"] for name, v in state["intermediates"].items() if "moe" in v}
+    return {key: {name: v[key][0] for name, v in blocks.items()}
+            for key in ("experts", "router_probs")}
 
 
 def transformer_lm(module) -> LanguageModel:
-    """:class:`LanguageModel` of a :class:`hyperx.llm.transformer.Transformer` module."""
+    """:class:`LanguageModel` of a :class:`hyperx.llm.transformer.Transformer` module (with
+    ``routed_logits`` / ``routed_decode`` when it has MoE blocks)."""
 
     def decode(params, tokens, cache, index):
         return module.apply(params, tokens, cache, index, method="decode")
 
+    def routed_logits(params, tokens, routing=None):
+        logits, state = module.apply(params, tokens, routing, mutable=["intermediates"])
+        return logits, _routing_stats(state)
+
+    def routed_decode(params, tokens, cache, index):
+        (logits, cache), state = module.apply(params, tokens, cache, index, method="decode",
+                                              mutable=["intermediates"])
+        return logits, cache, _routing_stats(state)["experts"]
+
+    moe = getattr(module, "moe", None) is not None
     return LanguageModel(logits=module.apply, init_cache=module.init_cache, decode=decode,
-                         vocab_size=module.vocab_size, max_len=module.max_len)
+                         vocab_size=module.vocab_size, max_len=module.max_len,
+                         routed_logits=routed_logits if moe else None,
+                         routed_decode=routed_decode if moe else None)
 
 
 def sample(lm: LanguageModel, params, key: jax.Array, prompts: jax.Array, *,
            max_new_tokens: int, eos_id: int, pad_id: int = 0, temperature: float = 1.0,
-           greedy: bool = False, return_logits: bool = False) -> Rollout:
+           greedy: bool = False, return_logits: bool = False,
+           record_routing: bool = False) -> Rollout:
     """Sample ``max_new_tokens`` tokens after ``prompts [B, P]`` with a KV cache (one ``scan``).
 
     The prompt is prefilled in one ``decode`` call, then each step draws
@@ -160,6 +192,10 @@ def sample(lm: LanguageModel, params, key: jax.Array, prompts: jax.Array, *,
     log-prob is ``log softmax(z_t / tau)[y_t]`` of the logits this sampler computed, i.e. the
     behaviour policy ``mu`` of the rollout. After a response's first ``eos_id`` its tokens are
     ``pad_id`` with mask 0 and log-prob 0. All prompts share the length ``P``.
+
+    ``record_routing`` (an MoE model: ``lm.routed_decode``) also returns the experts of every
+    position of ``concat(prompts, tokens)`` in each MoE block, as this sampler chose them
+    (:attr:`Rollout.routing`, the input of routing replay).
     """
     check_rank("prompts", prompts, 2)
     check_integer("prompts", prompts)
@@ -171,7 +207,15 @@ def sample(lm: LanguageModel, params, key: jax.Array, prompts: jax.Array, *,
     if p + max_new_tokens > lm.max_len:
         raise ValueError(f"max_new_tokens: prompt length {p} + {max_new_tokens} exceeds the "
                          f"model's max_len {lm.max_len}")
-    logits, cache = lm.decode(params, prompts, lm.init_cache(b, p + max_new_tokens), 0)
+    if record_routing and lm.routed_decode is None:
+        raise ValueError("record_routing: the model has no MoE blocks whose routing to record")
+
+    def decode(tokens, cache, index):
+        if record_routing:
+            return lm.routed_decode(params, tokens, cache, index)
+        return (*lm.decode(params, tokens, cache, index), None)
+
+    logits, cache, prompt_routing = decode(prompts, lm.init_cache(b, p + max_new_tokens), 0)
 
     def step(carry, inputs):
         last, cache, done = carry
@@ -182,15 +226,20 @@ def sample(lm: LanguageModel, params, key: jax.Array, prompts: jax.Array, *,
         alive = ~done
         y = jnp.where(alive, y, pad_id).astype(jnp.int32)
         done = done | (y == eos_id)
-        nxt, cache = lm.decode(params, y[:, None], cache, p + t)
-        out = (y, jnp.where(alive, lp, 0.0), alive.astype(jnp.float32))
-        return (nxt[:, -1], cache, done), (out + (z,) if return_logits else out)
+        nxt, cache, routing = decode(y[:, None], cache, p + t)
+        out = {"tokens": y, "log_probs": jnp.where(alive, lp, 0.0),
+               "mask": alive.astype(jnp.float32), "logits": z if return_logits else None,
+               "routing": None if routing is None else {n: r[:, 0] for n, r in routing.items()}}
+        return (nxt[:, -1], cache, done), out
 
     keys = jax.random.split(key, max_new_tokens)
     init = (logits[:, -1], cache, jnp.zeros((b,), bool))
     _, outs = jax.lax.scan(step, init, (jnp.arange(max_new_tokens), keys))
-    outs = [jnp.moveaxis(o, 0, 1) for o in outs]
-    return Rollout(*outs)
+    outs = jax.tree.map(lambda o: jnp.moveaxis(o, 0, 1), outs)
+    if record_routing:
+        outs["routing"] = {n: jnp.concatenate([r, outs["routing"][n]], axis=1)
+                           for n, r in prompt_routing.items()}
+    return Rollout(**outs)
 
 
 def response_log_probs(lm: LanguageModel, params, prompts: jax.Array,
@@ -208,9 +257,28 @@ def response_log_probs(lm: LanguageModel, params, prompts: jax.Array,
 def response_logits(lm: LanguageModel, params, prompts: jax.Array,
                     responses: jax.Array) -> jax.Array:
     """Teacher-forced logits ``[B, T, V]`` that score each response token (one forward)."""
-    check_rank("responses", responses, 2)
-    check_integer("responses", responses)
-    check_shape("prompts", prompts, (responses.shape[0], None), "(B, P)")
+    _check_pair(prompts, responses)
     p = prompts.shape[1]
     logits = lm.logits(params, jnp.concatenate([prompts, responses], axis=1))
     return logits[:, p - 1:-1]
+
+
+def routed_response_logits(lm: LanguageModel, params, prompts: jax.Array,
+                           responses: jax.Array, routing: dict[str, jax.Array] | None = None
+                           ) -> tuple[jax.Array, dict[str, dict[str, jax.Array]]]:
+    """:func:`response_logits` of an MoE model with its routing statistics over every position
+    of ``concat(prompts, responses)`` (see :class:`LanguageModel`); ``routing`` replays a
+    recorded selection (e.g. :attr:`Rollout.routing`)."""
+    if lm.routed_logits is None:
+        raise ValueError("lm: expected a model with MoE blocks (routed_logits), got a dense one")
+    _check_pair(prompts, responses)
+    p = prompts.shape[1]
+    logits, stats = lm.routed_logits(params, jnp.concatenate([prompts, responses], axis=1),
+                                     routing)
+    return logits[:, p - 1:-1], stats
+
+
+def _check_pair(prompts: jax.Array, responses: jax.Array) -> None:
+    check_rank("responses", responses, 2)
+    check_integer("responses", responses)
+    check_shape("prompts", prompts, (responses.shape[0], None), "(B, P)")

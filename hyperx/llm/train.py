@@ -58,9 +58,11 @@ from hyperx.llm.model import (
     Rollout,
     response_log_probs,
     response_logits,
+    routed_response_logits,
     sample,
     transformer_lm,
 )
+from hyperx.llm.moe import MoEConfig, load_balance_loss, router_entropy, routing_flips
 from hyperx.llm.objectives import ObjectiveConfig, corrected_policy_loss
 from hyperx.llm.schedules import length_aware_scale
 from hyperx.llm.tasks import Task
@@ -72,6 +74,7 @@ __all__ = ["ADVANTAGES", "CORRECTIONS", "Batch", "ObjectiveConfig", "RLConfig", 
            "make_policy", "make_trainer", "supervised_warmup", "train", "transformer_lms"]
 
 ADVANTAGES = ("grpo", "dr_grpo", "rloo", "otb")
+ROUTING_REPLAYS = ("none", "r2", "r3")
 ROLLOUT_DTYPES = ("float32", "bfloat16", "float8")
 LR_SCHEDULES = ("constant", "length_aware")
 CORRECTIONS: dict[str, CorrectionConfig] = {
@@ -124,6 +127,14 @@ class RLConfig:
         (:func:`~hyperx.llm.diagnostics.information_bandwidth`); they cap both at
         ``log2(bandwidth_bins)`` bits, so use more than the batch size ``B`` to see per-token
         advantages exceed the scalar ceiling ``log2(B)``.
+      routing_replay: for an MoE policy (:mod:`hyperx.llm.moe`), which expert selection the
+        trainer's forwards use: ``"none"`` (each forward routes afresh), ``"r2"`` (vanilla
+        routing replay: the update replays the routing of the trainer's own ``log pi_old``
+        forward) or ``"r3"`` (rollout routing replay: ``log pi_old`` and the update both replay
+        the sampler's routing; verl's Router Replay modes R2 / R3).
+      load_balance_coef: weight of the Switch load-balancing loss
+        (:func:`~hyperx.llm.moe.load_balance_loss`) added to an MoE policy's loss.
+      router_entropy_coef: weight of the router-entropy bonus subtracted from it.
     """
 
     prompts_per_step: int = 16
@@ -143,6 +154,9 @@ class RLConfig:
     otb_is_weights: bool = True
     adam_b2: float = 0.99
     bandwidth_bins: int = 16
+    routing_replay: str = "none"
+    load_balance_coef: float = 0.0
+    router_entropy_coef: float = 0.0
 
     def __post_init__(self) -> None:
         check_int("prompts_per_step", self.prompts_per_step)
@@ -156,6 +170,9 @@ class RLConfig:
         check_int("extra_tokens", self.extra_tokens, low=0)
         check_int("ppo_epochs", self.ppo_epochs)
         check_int("bandwidth_bins", self.bandwidth_bins)
+        check_choice("routing_replay", self.routing_replay, ROUTING_REPLAYS)
+        check_positive("load_balance_coef", self.load_balance_coef, allow_zero=True)
+        check_positive("router_entropy_coef", self.router_entropy_coef, allow_zero=True)
         if self.max_grad_norm is not None:
             check_positive("max_grad_norm", self.max_grad_norm)
         if not isinstance(self.correction, CorrectionConfig):
@@ -185,12 +202,18 @@ class Batch(NamedTuple):
 
 
 class Scores(NamedTuple):
-    """Rewards ``[B]``, ``log pi_old`` and ``sum pi_old^2`` ``[B, T]`` (and logits for TRM)."""
+    """Rewards ``[B]``, ``log pi_old`` and ``sum pi_old^2`` ``[B, T]`` (and logits for TRM).
+
+    For an MoE policy: ``routing``, the selection the update replays (None: route afresh), and
+    ``trainer_experts``, the float32 trainer's own routing of the batch under ``pi_old``; both
+    ``{"block_i": [B, P + T, K]}``."""
 
     rewards: jax.Array
     old_log_prob: jax.Array
     sum_sq: jax.Array
     old_logits: jax.Array | None = None
+    routing: dict[str, jax.Array] | None = None
+    trainer_experts: dict[str, jax.Array] | None = None
 
 
 class Trainer(NamedTuple):
@@ -229,9 +252,11 @@ def transformer_lms(module, rollout_dtype: str) -> tuple[LanguageModel, Language
 
 
 def make_policy(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
-                seed: int = 0, extra_tokens: int = 2):
+                seed: int = 0, extra_tokens: int = 2, moe: MoEConfig | None = None,
+                moe_layers: tuple[int, ...] | None = None):
     """A float32 :class:`Transformer` sized for ``task`` (``max_len = P + A + extra_tokens``,
-    SwiGLU width ``2 d_model``) and its initial parameters from ``seed``."""
+    SwiGLU width ``2 d_model``; ``moe`` / ``moe_layers``: mixture-of-experts blocks, see
+    :class:`Transformer`) and its initial parameters from ``seed``."""
     for name, value in (("d_model", d_model), ("num_layers", num_layers),
                         ("num_heads", num_heads)):
         check_int(name, value)
@@ -241,7 +266,8 @@ def make_policy(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads
                          f"got {d_model}")
     module = Transformer(vocab_size=task.tokenizer.vocab_size, d_model=d_model,
                          num_layers=num_layers, num_heads=num_heads, mlp_hidden=2 * d_model,
-                         max_len=task.prompt_len + task.answer_len + extra_tokens)
+                         max_len=task.prompt_len + task.answer_len + extra_tokens, moe=moe,
+                         moe_layers=moe_layers)
     tokens = jnp.zeros((1, task.prompt_len), jnp.int32)
     return module, jax.jit(module.init)(jax.random.key(seed), tokens)
 
@@ -318,13 +344,33 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
     tau = config.temperature
     need_logits = config.correction.trm_kl is not None
     eos = task.tokenizer.eos_id
+    moe = train_lm.routed_logits is not None
+    if not moe and (config.routing_replay != "none" or config.load_balance_coef
+                    or config.router_entropy_coef):
+        raise ValueError("routing_replay: routing replay and the router losses need an MoE "
+                         "policy (Transformer(moe=MoEConfig(...))), got a dense model")
+    if moe and rollout_lm.routed_decode is None:
+        raise ValueError("rollout_lm: expected the MoE policy's sampler (routed_decode)")
 
     def scaled(lm: LanguageModel) -> LanguageModel:
         if tau == 1.0:
             return lm
-        return lm._replace(logits=lambda p, x: lm.logits(p, x) / tau)
+        routed = lm.routed_logits
+        if routed is not None:
+            def routed(p, x, r=None, f=lm.routed_logits):
+                logits, stats = f(p, x, r)
+                return logits / tau, stats
+        return lm._replace(logits=lambda p, x: lm.logits(p, x) / tau, routed_logits=routed)
 
     train_scaled = scaled(train_lm)
+
+    def forward(params, batch: Batch, routing=None):
+        """Teacher-forced logits ``[B, T, V]`` of the responses (and the MoE routing stats)."""
+        if not moe:
+            return response_logits(train_scaled, params, batch.prompts,
+                                   batch.rollout.tokens), None
+        return routed_response_logits(train_scaled, params, batch.prompts, batch.rollout.tokens,
+                                      routing)
 
     def init(params) -> TrainState:
         return TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
@@ -336,15 +382,24 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         prompts, answers = jnp.repeat(prompts, n, axis=0), jnp.repeat(answers, n, axis=0)
         out = sample(rollout_lm, cast_params(params, config.rollout_dtype), ks, prompts,
                      max_new_tokens=t_max, eos_id=eos, pad_id=task.tokenizer.pad_id,
-                     temperature=tau, return_logits=need_logits)
+                     temperature=tau, return_logits=need_logits, record_routing=moe)
         return Batch(prompts, answers, out)
 
     @jax.jit
     def score(params, batch: Batch) -> Scores:
         rewards = task.reward(batch.rollout.tokens, batch.answers)
-        logits = response_logits(train_scaled, params, batch.prompts, batch.rollout.tokens)
+        logits, stats = forward(params, batch)
+        routing = own = None
+        if moe:
+            own = stats["experts"]
+            if config.routing_replay == "r3":
+                routing = batch.rollout.routing
+                logits, _ = forward(params, batch, routing)
+            elif config.routing_replay == "r2":
+                routing = own
         old_log_prob, sum_sq = log_prob_and_sum_sq(logits=logits, tokens=batch.rollout.tokens)
-        return Scores(rewards, old_log_prob, sum_sq, logits if need_logits else None)
+        return Scores(rewards, old_log_prob, sum_sq, logits if need_logits else None, routing,
+                      own)
 
     def trm_inputs(batch: Batch, scores: Scores) -> dict[str, jax.Array]:
         if not need_logits:
@@ -352,14 +407,24 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         return {"rollout_logits": batch.rollout.logits, "old_logits": scores.old_logits}
 
     def loss_fn(params, batch: Batch, scores: Scores, advantages: jax.Array):
-        log_prob, _ = response_log_probs(train_scaled, params, batch.prompts,
-                                         batch.rollout.tokens)
+        logits, stats = forward(params, batch, scores.routing)
+        log_prob, _ = log_prob_and_sum_sq(logits=logits, tokens=batch.rollout.tokens)
         out = corrected_policy_loss(
             config.objective, config.correction, log_prob=log_prob,
             old_log_prob=scores.old_log_prob, rollout_log_prob=batch.rollout.log_probs,
             advantages=advantages, response_mask=batch.rollout.mask,
             **trm_inputs(batch, scores))
-        return out.loss, out.metrics
+        if not moe:
+            return out.loss, out.metrics
+        live = _live_positions(batch)
+        balance = jnp.mean(jnp.stack([
+            load_balance_loss(stats["router_probs"][k], e, stats["router_probs"][k].shape[-1],
+                              live) for k, e in stats["experts"].items()]))
+        entropy = jnp.mean(jnp.stack([router_entropy(p_, live)
+                                      for p_ in stats["router_probs"].values()]))
+        loss = (out.loss + config.load_balance_coef * balance
+                - config.router_entropy_coef * entropy)
+        return loss, {**out.metrics, "load_balance_loss": balance, "router_entropy": entropy}
 
     def advantages(batch: Batch, scores: Scores) -> jax.Array:
         is_weights = None
@@ -403,8 +468,12 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         metrics = {k: v[0] for k, v in metrics.items()}  # as measured before the first step
         # How far this batch's update moved the policy on its own tokens: the k3 estimate of
         # KL(pi_old || pi_new), and the PPO clip fraction the next epoch would have seen.
-        new_log_prob, _ = response_log_probs(train_scaled, params, batch.prompts,
-                                             batch.rollout.tokens)
+        new_logits, new_stats = forward(params, batch)
+        if moe:
+            metrics.update(_routing_metrics(batch, scores, new_stats))
+            if scores.routing is not None:
+                new_logits, _ = forward(params, batch, scores.routing)
+        new_log_prob, _ = log_prob_and_sum_sq(logits=new_logits, tokens=batch.rollout.tokens)
         moved = mismatch_metrics(train_log_prob=new_log_prob,
                                  rollout_log_prob=scores.old_log_prob, response_mask=mask)
         eps_lo = eps_hi = config.objective.clip_eps
@@ -436,6 +505,70 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         return TrainState(params, opt_state, state.step + 1), metrics
 
     return Trainer(init, rollout, score, update, objective, optimizer, config, task)
+
+
+def _live_positions(batch: Batch) -> jax.Array:
+    """``[B, P + T]``: the positions of ``concat(prompt, response)`` that feed a scored token's
+    logits (the prompt and every response position before the last valid token); the MoE
+    losses and the dead-expert count run over these."""
+    b, p = batch.prompts.shape
+    mask = batch.rollout.mask
+    return jnp.concatenate([jnp.ones((b, p), jnp.float32), mask[:, 1:].astype(jnp.float32),
+                            jnp.zeros((b, 1), jnp.float32)], axis=1)
+
+
+def _any_flip(a: dict[str, jax.Array], b: dict[str, jax.Array], start: int,
+              stop: int) -> jax.Array:
+    """``[B, stop - start]`` float: positions where any MoE block's expert set differs."""
+    flips = [routing_flips(experts_a=a[k][:, start:stop], experts_b=b[k][:, start:stop])
+             for k in a]
+    return jnp.any(jnp.stack(flips), axis=0).astype(jnp.float32)
+
+
+def _routing_metrics(batch: Batch, scores: Scores,
+                     new_stats: dict[str, dict[str, jax.Array]]) -> dict[str, jax.Array]:
+    """Per-step stability-gap diagnostics of an MoE policy (:mod:`hyperx.llm.moe`).
+
+    A response token ``y_t`` is scored by position ``P - 1 + t``; it counts as *flipped* when
+    any MoE block sends that position to another expert set.
+
+    * ``routing_flip_rollout``: tokens whose experts differ between the sampler (its dtype and
+      parameter version) and the float32 trainer's ``pi_old`` forward;
+    * ``routing_flip_update``: tokens whose experts differ between ``pi_old`` and the
+      parameters after this update (consecutive versions);
+    * ``mismatch_k3_flipped`` / ``mismatch_k3_held``: the per-token k3 estimate of
+      ``KL(mu || pi_old)`` (``rho - 1 - log rho``, ``rho = pi_old / mu``) averaged over the
+      rollout-flipped and the held tokens (0 where there are none);
+    * ``dead_expert_fraction``: experts (per block, averaged) that no live position of the
+      update's forward selects, so they receive no gradient from this batch;
+    * ``expert_load_max``: the busiest expert's share of those assignments (``1 / E``
+      balanced), averaged over blocks.
+    """
+    mask = batch.rollout.mask.astype(jnp.float32)
+    p, t = batch.prompts.shape[1], mask.shape[1]
+    own = scores.trainer_experts
+    count = jnp.maximum(jnp.sum(mask), 1.0)
+    rollout_flip = _any_flip(batch.rollout.routing, own, p - 1, p - 1 + t) * mask
+    update_flip = _any_flip(new_stats["experts"], own, p - 1, p - 1 + t) * mask
+    log_rho = jnp.clip(scores.old_log_prob - batch.rollout.log_probs, -20.0, 20.0)
+    k3 = (jnp.expm1(log_rho) - log_rho) * mask
+    held = mask - rollout_flip
+    used = own if scores.routing is None else scores.routing
+    live = _live_positions(batch)
+    dead, load = [], []
+    for name, experts in used.items():
+        num_experts = new_stats["router_probs"][name].shape[-1]
+        counts = jnp.einsum("bpe,bp->e", jax.nn.one_hot(experts, num_experts,
+                                                        dtype=jnp.float32).sum(-2), live)
+        dead.append(jnp.mean((counts == 0).astype(jnp.float32)))
+        load.append(jnp.max(counts) / jnp.maximum(jnp.sum(counts), 1.0))
+    return {"routing_flip_rollout": jnp.sum(rollout_flip) / count,
+            "routing_flip_update": jnp.sum(update_flip) / count,
+            "mismatch_k3_flipped": jnp.sum(k3 * rollout_flip) / jnp.maximum(
+                jnp.sum(rollout_flip), 1.0),
+            "mismatch_k3_held": jnp.sum(k3 * held) / jnp.maximum(jnp.sum(held), 1.0),
+            "dead_expert_fraction": jnp.mean(jnp.stack(dead)),
+            "expert_load_max": jnp.mean(jnp.stack(load))}
 
 
 def _schedule_scale(opt_state) -> jax.Array:

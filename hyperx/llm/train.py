@@ -355,12 +355,12 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
     def scaled(lm: LanguageModel) -> LanguageModel:
         if tau == 1.0:
             return lm
-        routed = lm.routed_logits
-        if routed is not None:
-            def routed(p, x, r=None, f=lm.routed_logits):
-                logits, stats = f(p, x, r)
-                return logits / tau, stats
-        return lm._replace(logits=lambda p, x: lm.logits(p, x) / tau, routed_logits=routed)
+        def routed(p, x, r=None):
+            logits, stats = lm.routed_logits(p, x, r)
+            return logits / tau, stats
+
+        return lm._replace(logits=lambda p, x: lm.logits(p, x) / tau,
+                           routed_logits=None if lm.routed_logits is None else routed)
 
     train_scaled = scaled(train_lm)
 

@@ -62,7 +62,13 @@ from hyperx.llm.model import (
     sample,
     transformer_lm,
 )
-from hyperx.llm.moe import MoEConfig, load_balance_loss, router_entropy, routing_flips
+from hyperx.llm.moe import (
+    MoEConfig,
+    load_balance_loss,
+    router_entropy,
+    routing_diagnostics,
+    routing_flips,
+)
 from hyperx.llm.objectives import ObjectiveConfig, corrected_policy_loss
 from hyperx.llm.schedules import length_aware_scale
 from hyperx.llm.tasks import Task
@@ -555,20 +561,17 @@ def _routing_metrics(batch: Batch, scores: Scores,
     held = mask - rollout_flip
     used = own if scores.routing is None else scores.routing
     live = _live_positions(batch)
-    dead, load = [], []
-    for name, experts in used.items():
-        num_experts = new_stats["router_probs"][name].shape[-1]
-        counts = jnp.einsum("bpe,bp->e", jax.nn.one_hot(experts, num_experts,
-                                                        dtype=jnp.float32).sum(-2), live)
-        dead.append(jnp.mean((counts == 0).astype(jnp.float32)))
-        load.append(jnp.max(counts) / jnp.maximum(jnp.sum(counts), 1.0))
+    per_block = [routing_diagnostics(experts_a=experts, experts_b=experts,
+                                     num_experts=new_stats["router_probs"][name].shape[-1],
+                                     mask=live) for name, experts in used.items()]
     return {"routing_flip_rollout": jnp.sum(rollout_flip) / count,
             "routing_flip_update": jnp.sum(update_flip) / count,
             "mismatch_k3_flipped": jnp.sum(k3 * rollout_flip) / jnp.maximum(
                 jnp.sum(rollout_flip), 1.0),
             "mismatch_k3_held": jnp.sum(k3 * held) / jnp.maximum(jnp.sum(held), 1.0),
-            "dead_expert_fraction": jnp.mean(jnp.stack(dead)),
-            "expert_load_max": jnp.mean(jnp.stack(load))}
+            "dead_expert_fraction": jnp.mean(jnp.stack([d["dead_expert_fraction"]
+                                                        for d in per_block])),
+            "expert_load_max": jnp.mean(jnp.stack([d["load_max"] for d in per_block]))}
 
 
 def _schedule_scale(opt_state) -> jax.Array:

@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hyperx._validation import check_int, check_positive, check_range
 from hyperx.games.kernels import RBF, Features, eigen_features
@@ -159,34 +160,51 @@ def hedge(spec: PlayerSpec, *, learning_rate: float | None = None) -> GameLearne
     return GameLearner(init, lambda s: jnp.exp(s.log_weights), update)
 
 
-def exp3p(spec: PlayerSpec, *, delta: float = 0.01) -> GameLearner:
-    """Exp3.P with the parameters of Bubeck and Cesa-Bianchi (2012, Theorem 3.3).
+def exp3p_rates(num_actions, horizon: int, delta: float):
+    """Exp3.P's ``(beta, gamma, eta)`` for ``num_actions`` K (an int or an array of them):
+    ``beta = sqrt(ln(K / delta) / (T K))``, ``gamma = 1.05 sqrt(K ln K / T)``,
+    ``eta = 0.95 sqrt(ln K / (T K))`` (Bubeck and Cesa-Bianchi 2012, Theorem 3.3)."""
+    k = np.asarray(num_actions, np.float64)
+    log_k = np.log(np.maximum(k, 2.0))
+    beta = np.sqrt(np.log(k / delta) / (horizon * k))
+    gamma = 1.05 * np.sqrt(log_k * k / horizon)
+    eta = 0.95 * np.sqrt(log_k / (horizon * k))
+    return beta, gamma, eta
 
-    Reward estimates ``g(a) += beta / x(a) + 1[a = a_t] r_t / x(a_t)``; strategy
-    ``x = (1 - gamma) softmax(eta g) + gamma / K``. Needs ``gamma < 1``, i.e.
-    ``T > 1.1025 K ln K``.
-    """
+
+def exp3p_step(state: Exp3PState, action: Array, reward: Array, beta, gamma, eta,
+               valid: Array) -> Exp3PState:
+    """One Exp3.P update on the actions ``valid (K,)`` (the rest keep probability 0): reward
+    estimates ``g(a) += beta / x(a) + 1[a = a_t] r_t / x(a_t)`` with ``r_t`` the scaled reward,
+    then ``x = (1 - gamma) softmax(eta g) + gamma / K``."""
+    bonus = jnp.where(valid, beta / jnp.where(valid, state.probs, 1.0), 0.0)
+    g = (state.estimates + bonus).at[action].add(reward / state.probs[action])
+    soft = jax.nn.softmax(jnp.where(valid, eta * g, -jnp.inf))
+    probs = jnp.where(valid, (1.0 - gamma) * soft + gamma / valid.sum(), 0.0)
+    return Exp3PState(g, probs, state.payoff_range)
+
+
+def exp3p(spec: PlayerSpec, *, delta: float = 0.01) -> GameLearner:
+    """Exp3.P with the parameters of Bubeck and Cesa-Bianchi (2012, Theorem 3.3)
+    (:func:`exp3p_rates`, :func:`exp3p_step`). Needs ``gamma < 1``, i.e.
+    ``T > 1.1025 K ln K``. ``delta = 1`` gives ``beta = sqrt(ln K / (T K))``, the GP-MW
+    authors' routing code."""
     _check_spec(spec)
-    check_range("delta", delta, 0.0, 1.0, open_low=True, open_high=True)
+    check_range("delta", delta, 0.0, 1.0, open_low=True)
     k, t = spec.own_actions, spec.horizon
-    beta = math.sqrt(math.log(k / delta) / (t * k))
-    gamma = 1.05 * math.sqrt(math.log(max(k, 2)) * k / t)
-    eta = 0.95 * math.sqrt(math.log(max(k, 2)) / (t * k))
+    beta, gamma, eta = (float(r) for r in exp3p_rates(k, t, delta))
     if not (0 < beta < 1 and 0 < gamma < 1):
         raise ValueError(f"spec.horizon: Exp3.P with K = {k} actions needs T > 1.1025 K ln K "
                          f"(gamma = {gamma:.3g} < 1, beta = {beta:.3g} < 1), got T = {t}")
+    valid = jnp.ones(k, bool)
 
     def init(key: Array, payoff_range: Array) -> Exp3PState:
         return Exp3PState(jnp.zeros(k, jnp.float32), jnp.full((k,), 1.0 / k, jnp.float32),
                           jnp.asarray(payoff_range, jnp.float32))
 
     def update(state: Exp3PState, key: Array, feedback: Feedback) -> Exp3PState:
-        a = feedback.actions[spec.player]
-        r = _scaled(feedback.payoff, state.payoff_range)
-        g = state.estimates + beta / state.probs
-        g = g.at[a].add(r / state.probs[a])
-        probs = (1.0 - gamma) * jax.nn.softmax(eta * g) + gamma / k
-        return Exp3PState(g, probs, state.payoff_range)
+        return exp3p_step(state, feedback.actions[spec.player],
+                          _scaled(feedback.payoff, state.payoff_range), beta, gamma, eta, valid)
 
     return GameLearner(init, lambda s: s.probs, update)
 

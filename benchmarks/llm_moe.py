@@ -6,9 +6,8 @@ RoPE/RMSNorm transformer, 60 supervised warm-up steps (batch 64, Adam 3e-3) from
 initialisation (seed 0), then ``RLConfig(prompts_per_step=64, group_size=8,
 learning_rate=1e-3, ppo_epochs=2)`` (GRPO, decoupled PPO clip 0.2, token-mean, no rollout
 correction) for ``--steps`` steps. The held-out greedy and sampled rewards of 512 fixed prompts
-(float32 policy) are measured at the start and the end of each run (one uninterrupted
-``train`` call per run: ``hyperx.llm.train.train`` starts its lag buffer afresh at every call,
-so evaluating in chunks would give the first steps of every chunk a fresh sampler).
+(float32 policy) are measured at the start and the end of each run (one ``train`` call per
+run).
 
 The MoE policy has the same d_model, layers and heads; block 0 is a dense SwiGLU MLP and the
 last block (block 1) is an MoE of ``E = 4`` SwiGLU experts with Top-2 routing and Mixtral's

@@ -192,11 +192,14 @@ class RLConfig:
 
 
 class TrainState(NamedTuple):
-    """Parameters, optimiser state and the number of updates so far."""
+    """Parameters, optimiser state and the number of updates so far; ``lagged`` holds the
+    parameters of the last ``config.lag`` updates (oldest first) that a stale sampler still
+    uses, so :func:`train` called in chunks samples exactly as one call would."""
 
     params: Any
     opt_state: Any
     step: jax.Array
+    lagged: tuple = ()
 
 
 class Batch(NamedTuple):
@@ -508,7 +511,7 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
             **information_bandwidth(advantages=adv, response_mask=mask,
                                     n_bins=config.bandwidth_bins),
         )
-        return TrainState(params, opt_state, state.step + 1), metrics
+        return TrainState(params, opt_state, state.step + 1, state.lagged), metrics
 
     return Trainer(init, rollout, score, update, objective, optimizer, config, task)
 
@@ -589,12 +592,14 @@ def train(trainer: Trainer, state: TrainState, key: jax.Array, steps: int, *,
     """Run ``steps`` RL steps (a Python loop over the three jitted parts; the lag lives here).
 
     The sampler uses the parameters of ``config.lag`` updates ago (the initial parameters
-    while fewer updates exist). With ``timed`` each step also logs ``time_sample_s``,
-    ``time_score_s`` and ``time_update_s`` (each part blocked until ready).
-    Returns the final state and one dict of floats per step.
+    while fewer updates exist); the versions in between travel in ``state.lagged``, so
+    ``train(..., a)`` then ``train(..., b)`` samples as ``train(..., a + b)`` would. With
+    ``timed`` each step also logs ``time_sample_s``, ``time_score_s`` and ``time_update_s``
+    (each part blocked until ready). Returns the final state and one dict of floats per step.
     """
     check_positive("steps", steps, allow_zero=True)
-    lagged = collections.deque([state.params], maxlen=trainer.config.lag + 1)
+    lagged = collections.deque([*state.lagged, state.params], maxlen=trainer.config.lag + 1)
+    state = state._replace(lagged=())
     history: list[dict[str, float]] = []
     tokens = 0.0
     for i in range(steps):
@@ -619,7 +624,7 @@ def train(trainer: Trainer, state: TrainState, key: jax.Array, steps: int, *,
         history.append(metrics)
         if callback is not None:
             callback(i, metrics)
-    return state, history
+    return state._replace(lagged=tuple(lagged)[:-1]), history
 
 
 def supervised_warmup(lm: LanguageModel, params, task: Task, key: jax.Array, *, steps: int,

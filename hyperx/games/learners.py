@@ -253,7 +253,7 @@ def _own_rows(spec: PlayerSpec, actions: Array) -> Array:
     return rows.at[:, spec.player].set(jnp.arange(spec.own_actions, dtype=rows.dtype))
 
 
-def _ucb_mw(spec: PlayerSpec, features: Features, beta: float, eta: float,
+def _ucb_mw(spec: PlayerSpec, features: Features, beta: Callable[[Any], Array], eta: float,
             model_init: Callable[[Array], Any],
             model_update: Callable[[Any, Array, Array, Array], Any],
             model_stats: Callable[[Any, Array], tuple[Array, Array]]) -> GameLearner:
@@ -269,7 +269,7 @@ def _ucb_mw(spec: PlayerSpec, features: Features, beta: float, eta: float,
         model = model_update(state.model, key, x, feedback.payoff)
         mean, var = model_stats(model, features.apply(state.features,
                                                       _own_rows(spec, feedback.actions)))
-        ucb = mean + beta * jnp.sqrt(jnp.maximum(var, 0.0))
+        ucb = mean + beta(model) * jnp.sqrt(jnp.maximum(var, 0.0))
         return UCBState(_hedge_step(state.weights, ucb, eta), model, state.features)
 
     return GameLearner(init, lambda s: jnp.exp(s.weights.log_weights), update)
@@ -289,28 +289,58 @@ def _features_and_rates(spec: PlayerSpec, kernel: RBF | None, features: Features
 
 
 def gp_mw(spec: PlayerSpec, *, kernel: RBF | None = None, features: Features | None = None,
-          beta: float = 2.0, learning_rate: float | None = None) -> GameLearner:
+          beta: float | str = 2.0, rkhs_bound: float | None = None, delta: float = 0.01,
+          learning_rate: float | None = None) -> GameLearner:
     """GP-MW (Sessa et al. 2019, Algorithm 1) with the exact GP posterior.
 
     The posterior over the feature weights (prior ``N(0, I)``, noise ``spec.noise_std``) is
     updated by one Kalman step per round (:func:`hyperx.linear.gaussian_update`, cost ``O(D^2)``),
     which is the authors' recursive GP update in weight space. ``features`` default to
     :func:`~hyperx.games.kernels.eigen_features` of ``kernel`` (default: the authors' RBF).
+
+    ``beta``: a constant (the authors' experiments: 2), or ``"theory"``, the rule of Sessa et
+    al.'s Theorem 1 (from Chowdhury and Gopalan 2017), ``beta_t = B + sqrt(2 (gamma_{t-1} +
+    ln(2 / delta)))`` with ``B = rkhs_bound`` (a bound on the payoff's RKHS norm) and
+    ``gamma_{t-1}`` the information gain of the observations so far, ``1/2 log det(I +
+    sigma^-2 K_{t-1}) = sum_s 1/2 log(1 + sigma_{s-1}^2(x_s) / sigma^2)`` (accumulated by the
+    matrix determinant lemma at each update). The theorem uses the maximum information gain over
+    all sequences, of which this is a lower bound, as practical GP-UCB implementations do.
     """
-    features, eta = _features_and_rates(spec, kernel, features, beta, learning_rate)
+    theory = isinstance(beta, str)
+    if theory and beta != "theory":
+        raise ValueError(f"beta: expected a number >= 0 or 'theory', got {beta!r}")
+    if theory:
+        if rkhs_bound is None:
+            raise ValueError("rkhs_bound: beta='theory' needs the payoff's RKHS-norm bound B")
+        check_positive("rkhs_bound", rkhs_bound, allow_zero=True)
+        check_range("delta", delta, 0.0, 1.0, open_low=True, open_high=True)
+    elif rkhs_bound is not None:
+        raise ValueError("rkhs_bound: only used with beta='theory'")
+    features, eta = _features_and_rates(spec, kernel, features, 0.0 if theory else beta,
+                                        learning_rate)
     dim, noise_std = features.dim, spec.noise_std
 
     def model_init(key: Array):
-        return jnp.zeros(dim, jnp.float32), jnp.eye(dim, dtype=jnp.float32)
+        return (jnp.zeros(dim, jnp.float32), jnp.eye(dim, dtype=jnp.float32),
+                jnp.zeros((), jnp.float32))
 
     def model_update(model, key: Array, x: Array, y: Array):
-        return gaussian_update(*model, x, y, noise_std=noise_std)
+        mu, sigma, gain = model
+        var = x @ sigma @ x
+        return (*gaussian_update(mu, sigma, x, y, noise_std=noise_std),
+                gain + 0.5 * jnp.log1p(var / noise_std**2))
 
     def model_stats(model, rows: Array) -> tuple[Array, Array]:
-        mu, sigma = model
+        mu, sigma, _ = model
         return rows @ mu, jnp.einsum("kd,de,ke->k", rows, sigma, rows)
 
-    return _ucb_mw(spec, features, beta, eta, model_init, model_update, model_stats)
+    def beta_t(model) -> Array:
+        if not theory:
+            return jnp.asarray(beta, jnp.float32)
+        # the weights for round t + 1 use the posterior after round t, so gamma_t
+        return rkhs_bound + jnp.sqrt(2.0 * (model[2] + math.log(2.0 / delta)))
+
+    return _ucb_mw(spec, features, beta_t, eta, model_init, model_update, model_stats)
 
 
 def ensemble_mw(spec: PlayerSpec, *, index_dim: int = 16, kernel: RBF | None = None,
@@ -331,7 +361,8 @@ def ensemble_mw(spec: PlayerSpec, *, index_dim: int = 16, kernel: RBF | None = N
         spread = rows @ state.factor
         return rows @ state.mu, jnp.sum(spread * spread, axis=-1)
 
-    return _ucb_mw(spec, features, beta, eta, model.init, model.update, model_stats)
+    return _ucb_mw(spec, features, lambda state: jnp.asarray(beta, jnp.float32), eta, model.init,
+                   model.update, model_stats)
 
 
 LEARNERS: dict[str, Callable[..., GameLearner]] = {

@@ -137,11 +137,37 @@ def test_gp_mw_posterior_equals_direct_gp_regression():
     state = learner.init(jax.random.key(0), jnp.array([-2.0, 2.0]))
     for a, y in zip(actions, ys, strict=True):
         state = learner.update(state, jax.random.key(1), _feedback(a, y, np.zeros(5)))
-    mu, sigma = state.model
+    mu, sigma, gain = state.model
     rows = features.apply(None, jnp.asarray(joint_actions(num_actions)))
     want_mean, want_var = _gp_posterior(num_actions, kernel, actions, ys, noise_std)
     np.testing.assert_allclose(rows @ mu, want_mean, atol=2e-4)
     np.testing.assert_allclose(jnp.einsum("gd,de,ge->g", rows, sigma, rows), want_var, atol=2e-4)
+    # the information gain 1/2 log det(I + sigma^-2 K) of the observed joint actions
+    xs = np.asarray(actions)
+    gram = kernel_matrix(kernel, xs, xs) / noise_std**2
+    want_gain = 0.5 * np.linalg.slogdet(np.eye(len(xs)) + gram)[1]
+    np.testing.assert_allclose(gain, want_gain, rtol=1e-3)
+
+
+def test_gp_mw_theory_beta_follows_the_information_gain():
+    """beta='theory': the optimism is B + sqrt(2 (gamma_t + ln(2 / delta))) times sigma_t, so
+    with zero payoffs (mu = 0) the Hedge step's losses give back beta_t exactly."""
+    num_actions = (4, 3)
+    spec = PlayerSpec(0, num_actions, horizon=100, noise_std=0.5)
+    features = eigen_features(num_actions, RBF(1.0))
+    learner = gp_mw(spec, features=features, beta="theory", rkhs_bound=1.0, delta=0.1,
+                    learning_rate=1.0)
+    state = learner.init(jax.random.key(0), jnp.array([-100.0, 100.0]))
+    state = learner.update(state, jax.random.key(1), _feedback(np.array([1, 2]), 0.0,
+                                                               np.zeros(4)))
+    mu, sigma, gain = state.model
+    rows = features.apply(None, jnp.asarray([[a, 2] for a in range(4)]))
+    sd = np.sqrt(np.einsum("kd,de,ke->k", rows, sigma, rows))
+    beta_t = 1.0 + np.sqrt(2 * (float(gain) + np.log(2 / 0.1)))
+    scaled = (beta_t * sd + 100.0) / 200.0            # payoff range [-100, 100]
+    want = np.log(np.exp(scaled) / np.exp(scaled).sum())  # eta = 1 from uniform weights
+    np.testing.assert_allclose(state.weights.log_weights, want, atol=1e-5)
+    assert float(gain) > 0
 
 
 @pytest.mark.parametrize("model", ["gp_mw", "ensemble_mw"])
@@ -171,7 +197,7 @@ def test_the_confidence_bound_covers_the_payoff_at_the_stated_rate(model):
             fb = Feedback(grid[pick], u[pick] + eps, jnp.zeros(8))
             state = learner.update(state, k, fb)
             if model == "gp_mw":
-                mu, sigma = state.model
+                mu, sigma, _ = state.model
                 mean, var = rows @ mu, jnp.einsum("gd,de,ge->g", rows, sigma, rows)
             else:
                 spread = rows @ state.model.factor
@@ -211,3 +237,9 @@ def test_bad_learner_arguments_are_named():
         ensemble_mw(PlayerSpec(0, (3, 3), 10), index_dim=0)
     with pytest.raises(ValueError, match="beta"):
         gp_mw(PlayerSpec(0, (3, 3), 10), beta=-1.0)
+    with pytest.raises(ValueError, match="beta: expected a number"):
+        gp_mw(PlayerSpec(0, (3, 3), 10), beta="ucb")
+    with pytest.raises(ValueError, match="rkhs_bound"):
+        gp_mw(PlayerSpec(0, (3, 3), 10), beta="theory")
+    with pytest.raises(ValueError, match="rkhs_bound"):
+        gp_mw(PlayerSpec(0, (3, 3), 10), rkhs_bound=1.0)

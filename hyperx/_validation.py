@@ -151,8 +151,12 @@ def host_memory_bytes() -> int:
 
 
 def device_memory_bytes() -> int:
-    """Memory of the default device (its allocator limit), or host memory on CPU."""
-    stats = jax.devices()[0].memory_stats() or {}
+    """Memory of this process's first device (its allocator limit), or host memory on CPU.
+
+    A local device: after ``jax.distributed.initialize()``, ``jax.devices()[0]`` belongs to
+    process 0 and other processes cannot read its memory statistics.
+    """
+    stats = jax.local_devices()[0].memory_stats() or {}
     return int(stats.get("bytes_limit", host_memory_bytes()))
 
 

@@ -12,7 +12,10 @@ Two layers:
   expected regret max_k mu_k - mu_arm is accumulated. Seeds, and hyper-parameter grid points of
   equal shapes, are flattened into one "run" axis that is vmapped and, with several devices,
   sharded over a 1-D ``jax.sharding.Mesh`` (``NamedSharding(mesh, P("runs"))``). On several
-  hosts, call ``jax.distributed.initialize()`` first and pass ``jax.devices()``.
+  hosts, call ``jax.distributed.initialize()`` in every process first and pass
+  ``jax.devices()``: every process runs the same call and gets the whole result back
+  (:func:`to_host`); two processes on CPU give the one-process numbers bit for bit
+  (tests/test_distributed.py, docs/distributed.md).
 
 Reproducibility: seed ``s`` of a run keyed by ``seed`` always uses the key
 ``fold_in(PRNGKey(seed), s)`` (for every grid point: common random numbers), so its random draws
@@ -33,6 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hyperx._validation import (
@@ -55,7 +59,8 @@ group's arm features stay in a typical last-level cache share)."""
 
 
 class ScanResult(NamedTuple):
-    """Final carry, stacked per-step outputs (host NumPy, leading axis ``num_steps``), timings."""
+    """Final carry, stacked per-step outputs (host NumPy gathered from every process, leading
+    axis ``num_steps``), timings."""
 
     carry: Carry
     outputs: Any
@@ -90,7 +95,7 @@ def run_scan(
     outputs = []
     for i in range(num_chunks):
         carry, out = compiled(carry, jnp.int32(i * chunk))
-        outputs.append(jax.device_get(out))
+        outputs.append(to_host(out))
         if progress is not None:
             jax.block_until_ready(carry)
             progress(min((i + 1) * chunk, num_steps), num_steps)
@@ -141,6 +146,21 @@ def shard_leading_axis(tree: Any, devices: list[Any] | None = None) -> Any:
         return jax.device_put(tree, devices[0])
     sharding = NamedSharding(Mesh(np.asarray(devices), ("runs",)), PartitionSpec("runs"))
     return jax.device_put(tree, sharding)
+
+
+def to_host(tree: Any) -> Any:
+    """Every leaf of ``tree`` as one host NumPy array holding all its shards.
+
+    A leaf sharded over several processes' devices (``jax.distributed``) is gathered with
+    ``jax.experimental.multihost_utils.process_allgather``: a collective, so every process
+    must call this on the same arrays in the same order, and each gets the whole array.
+    """
+    def fetch(leaf: Any) -> np.ndarray:
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+        return np.asarray(leaf)
+
+    return jax.tree.map(fetch, tree)
 
 
 class BanditResult(NamedTuple):
@@ -268,7 +288,8 @@ def run_bandit(
       update_every: B > 1 gives batched / delayed feedback (``hyperx.bandits.base.delayed``).
       checkpoints: increasing round counts in [1, T] to record (default ``log_grid(T)``).
       chunk_size, progress: see :func:`run_scan`.
-      devices: devices to shard the runs over (default: all); runs are padded to a multiple.
+      devices: devices to shard the runs over (default: all, which after
+        ``jax.distributed.initialize()`` are every process's); runs are padded to a multiple.
       group_size: runs per compiled pass: an int, ``None`` (all runs in one pass) or
         ``"auto"`` (the default: as many runs as fit in :data:`CACHE_BYTES` of run state, at
         least one). The runs are split into groups of this size (rounded up to a multiple of
@@ -348,7 +369,7 @@ def run_bandit(
                                                             hparams.items()}), devices))
         result = run_scan(batched_step, carry, horizon, chunk_size=chunk_size,
                           progress=group_progress)
-        records.append(np.asarray(result.carry.record))
+        records.append(to_host(result.carry.record))
         compile_time += result.compile_time_s
         wall += result.run_time_s
     regret = np.concatenate(records)[:num_runs].reshape(num_points, num_seeds, -1)

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hyperx._rundir import sigint_held
 from hyperx._validation import (
@@ -48,7 +49,7 @@ from hyperx.agents.api import run_key, split_run_key, step_keys
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
 from hyperx.envs import deepsea
-from hyperx.experiment import run_scan
+from hyperx.experiment import run_scan, shard_leading_axis, to_host
 
 Array = jax.Array
 
@@ -215,6 +216,7 @@ def train_deepsea(
     chunk_steps: int | None = None, checkpoint_dir: str | None = None,
     max_chunks: int | None = None, progress: bool = False,
     on_chunk: Callable[[TrainCarry], None] | None = None,
+    devices: Sequence[Any] | None = None,
 ) -> DeepSeaResult:
     """Train ``config`` on DeepSea(size) for ``num_episodes`` episodes and ``num_seeds`` seeds.
 
@@ -234,6 +236,16 @@ def train_deepsea(
         after the first chunk, so its rate and ETA leave out the compilation.
       on_chunk: called with the carry after each chunk (before its checkpoint), e.g. to write
         the episodes finished so far.
+      devices: spread the seeds over these devices (``num_seeds`` a multiple of their number)
+        on a 1-D mesh ``"runs"`` (:func:`hyperx.experiment.shard_leading_axis`); default:
+        everything on the default device. Seed s is keyed as without devices (on CPU, four
+        devices of two processes give the one-device numbers bit for bit:
+        tests/test_distributed.py). On several hosts, call ``jax.distributed.initialize()`` in
+        every process first and pass ``jax.devices()`` (all processes' devices): every
+        process runs this call, the returned arrays are gathered onto every process
+        (:func:`hyperx.experiment.to_host`) and ``on_chunk`` gets the sharded carry (gather
+        what it writes with ``to_host``, in every process). ``checkpoint_dir`` is refused
+        there (the checkpoint's checksum reads the whole carry in one process).
 
     Raises :class:`TrainingInterrupted` on Ctrl-C (between chunks; a save is finished first).
     """
@@ -241,7 +253,19 @@ def train_deepsea(
     program = make_program(config, size, num_episodes)
     chunk = chunk_steps or max(size, -(-program.num_steps // 20))
     check_int("chunk_steps", chunk)
+    devices = None if devices is None else list(devices)
+    if devices is not None:
+        check_int("devices", len(devices))
+        if num_seeds % len(devices):
+            raise ValueError(f"num_seeds: expected a multiple of the {len(devices)} devices, "
+                             f"got {num_seeds}")
+        if checkpoint_dir is not None and len({d.process_index for d in devices}) > 1:
+            raise ValueError("checkpoint_dir: not supported with devices of several processes "
+                             "(jax.distributed); drop checkpoint_dir or use one process's "
+                             "devices")
     carry = initial_carry(program, num_seeds, seed, mapping_seeds)
+    if devices is not None:
+        carry = _place(carry, devices)
     manager = None
     if checkpoint_dir is not None:
         from hyperx.agents.checkpoint import CheckpointManager
@@ -251,6 +275,8 @@ def train_deepsea(
                 "mapping_seeds": repr(mapping_seeds), "chunk_steps": chunk}
         manager = CheckpointManager(checkpoint_dir, meta)
         carry = manager.restore_latest(carry)
+        if devices is not None:
+            carry = _place(carry, devices)
     bar = None
     if progress and int(carry.t) < program.num_steps:
         sys.stderr.write("deepsea: compiling and running the first chunk (the progress bar "
@@ -284,8 +310,7 @@ def train_deepsea(
         if bar is not None:
             bar.close()
     steps_done = min(int(carry.t), program.num_steps)
-    returns = np.asarray(carry.seeds.returns)
-    bad = np.asarray(carry.seeds.bad)
+    returns, bad = to_host((carry.seeds.returns, carry.seeds.bad))
     done = steps_done // size
     learned = [_learned(returns[s, :done], bad[s, :done]) for s in range(num_seeds)]
     steps_run = (steps_done - steps_before) * num_seeds
@@ -296,6 +321,13 @@ def train_deepsea(
         compile_time_s=compile_time, wall_time_s=run_time,
         env_steps_per_s=steps_run / run_time if run_time > 0 else float("nan"),
         steps_done=steps_done, carry=carry, steps_at_start=min(steps_before, program.num_steps))
+
+
+def _place(carry: TrainCarry, devices: list[Any]) -> TrainCarry:
+    """``carry`` with its seeds sharded over ``devices`` and its step counter replicated."""
+    replicated = NamedSharding(Mesh(np.asarray(devices), ("runs",)), PartitionSpec())
+    return TrainCarry(jax.device_put(carry.t, replicated),
+                      shard_leading_axis(carry.seeds, devices))
 
 
 def _learned(returns: np.ndarray, bad: np.ndarray) -> tuple[int, int]:

@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 from typing import NoReturn
 
 from hyperx._validation import INT32_MAX
@@ -59,19 +60,40 @@ def non_negative_int(text: str) -> int:
     return _integer(text, 0)
 
 
-def check_out_path(out: str) -> None:
-    """Exit with a one-line error unless ``out`` is a directory path that exists or can be
-    created (nothing else is checked: see :func:`hyperx._rundir.prepare_out`)."""
+def check_out_usable(out: str) -> None:
+    """Exit with a one-line error unless ``out`` is a writable directory or can be created as
+    one, leaving nothing behind: call it before any estimate or work that reads ``--out``.
+
+    The test is made, not guessed from permission bits (``os.access`` says yes for root under
+    ``/proc``): a temporary directory is created, and removed at once, in ``out`` or, when
+    ``out`` does not exist yet, in its nearest existing ancestor, which must be a directory.
+    """
     if not out.strip():
         fail(f"--out: expected a directory path, got {out!r}")
-    if os.path.exists(out) and not os.path.isdir(out):
+    path = os.path.abspath(out)
+    if os.path.lexists(path) and not os.path.isdir(path):
         fail(f"--out: {out!r} exists and is not a directory")
+    base = path
+    while not os.path.lexists(base):
+        base = os.path.dirname(base)
+    if not os.path.isdir(base):
+        fail(f"--out: cannot create directory {out!r}: {base!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hyperx-probe-", dir=base))
+    except OSError as err:
+        what = (f"directory {out!r} is not writable" if base == path
+                else f"cannot create directory {out!r}")
+        fail(f"--out: {what}: {err.strerror or err}")
+
+
+def check_out_path(out: str) -> None:
+    """Exit with a one-line error unless ``out`` is a writable directory, creating it if needed
+    (:func:`check_out_usable`; the run rules are :func:`hyperx._rundir.prepare_out`'s)."""
+    check_out_usable(out)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         fail(f"--out: cannot create directory {out!r}: {err.strerror or err}")
-    if not os.access(out, os.W_OK | os.X_OK):
-        fail(f"--out: directory {out!r} is not writable")
 
 
 def add_run_dir_options(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from an estimate, before anything is allocated, so these cases take milliseconds
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,10 @@ CLI_CASES = [
     (["deepsea", "--out", "/proc/x"], "--out: cannot create directory"),
     (["deepsea", "--out", "{file}/sub"], "--out: cannot create directory"),
     ([*TINY_BANDIT, "--out", ""], "--out: expected a directory path"),
+    # issue 24 item 4: named before the disk estimate, which read "0 B available" under /proc
+    ([*TINY_BANDIT, "--out", "/proc/x"], "--out: cannot create directory '/proc/x'"),
+    ([*TINY_BANDIT, "--out", "{file}/sub"], "--out: cannot create directory"),
+    ([*TINY_BANDIT, "--out", "{file}"], "exists and is not a directory"),
     ([*TINY_BANDIT, "--out", "{foreign}"], "is not empty and holds no hyperx run"),
     ([*TINY_BANDIT, "--out", "{tmp}/new", "--resume"], "holds no hyperx bandit run"),
     ([*TINY_DEEPSEA, "--out", "{tmp}/x", "--resume", "--overwrite"], "not allowed with"),
@@ -384,6 +389,21 @@ def test_sizes_are_refused_before_the_output_directory_is_touched(tmp_path, caps
         main(["bandit", "--dim", "100", "--arms", "4", "--steps", "5", "--seeds", "1",
               "--agents", "ensemble_pp:M=1e9", "--quiet", "--out", str(out)])
     assert "needs an estimated" in capsys.readouterr().err and not out.exists()
+    assert list(tmp_path.iterdir()) == []  # the --out probe left nothing behind
+
+
+def test_a_read_only_out_is_named_before_the_disk_estimate(tmp_path, capsys):
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    if os.access(read_only, os.W_OK):
+        pytest.skip("permission bits do not bind this user (root)")
+    for out, message in ((read_only, "is not writable"),
+                         (read_only / "new", "cannot create directory")):
+        with pytest.raises(SystemExit):
+            main([*TINY_BANDIT, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert err.startswith("hyperx: error: --out: ") and message in err, err
 
 
 @pytest.mark.parametrize("overrides, error, message", [

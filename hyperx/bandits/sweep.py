@@ -52,6 +52,7 @@ import numpy as np
 from hyperx._argparse import (
     OneLineParser,
     add_run_dir_options,
+    check_out_usable,
     fail,
     interrupted,
     non_negative_int,
@@ -191,7 +192,7 @@ def _check_sizes(args: argparse.Namespace, num_agents: int, num_points: int) -> 
         fail(f"--seed, --seeds: expected seed ids in [0, {INT32_MAX}], got {args.seed} .. "
              f"{args.seed + args.seeds - 1}")
     rows = num_agents * args.seeds * num_points
-    disk = Path(args.out).absolute()
+    disk = Path(args.out).absolute()  # checked usable: walk up to its existing folder
     while not disk.exists():
         disk = disk.parent
     try:
@@ -239,6 +240,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
     from hyperx.experiment import check_run_memory, log_grid, run_bandit
 
+    check_out_usable(args.out)  # first: the disk estimate below reads the filesystem of --out
     env = _make_env(args)
     if 1 < args.update_every >= args.steps:
         fail(f"--update-every: expected < --steps = {args.steps} (the learners would never "

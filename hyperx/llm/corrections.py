@@ -8,7 +8,8 @@ in log space and clamped to ``[-20, 20]`` per token and again after summing over
 Sources: token TIS (Yao et al. 2025, "Your Efficient RL Framework Secretly Brings You
 Off-Policy RL Training"); sequence IS and rejection (Liu, Li et al. 2025, "When Speed Kills
 Stability"); Geo-Mask, k1/k2/k3 rejection and presets (the verl Rollout Correction
-documentation); Trust Region Masking (Li et al. 2025, arXiv:2512.23075).
+documentation, and verl's code: verl/trainer/ppo/rollout_corr_helper.py,
+verl/trainer/config/algorithm.py); Trust Region Masking (Li et al. 2025, arXiv:2512.23075).
 
 ``rollout_correction`` returns ``CorrectionOutput(weights, mask, metrics)``: ``weights`` multiply
 the per-token loss, ``mask`` replaces the response mask (so rejected tokens leave the loss
@@ -57,6 +58,32 @@ LEVELS = ("token", "seq_sum", "seq_mean", "seq_max", "seq_min")
 _FORMULAS = {"k1": "-log rho", "k2": "0.5 (log rho)^2", "k3": "rho - 1 - log rho"}
 
 
+def _one_sided_k1(level: str, lower: float | None, upper: float | None) -> str:
+    """The error for a k1 rejection with one bound (see :class:`Rejection`)."""
+    side = "upper" if lower is None else "lower"
+    message = (f"{side}: a k1 rejection needs both lower and upper, in nats of k1 = -log rho "
+               f"(k1 is signed: one side bounds rho on one side only, use "
+               f"Rejection('ratio', ...) for that)")
+    if upper is not None and upper > 1:
+        log_u = math.log(upper)
+        message += (f"; verl's k1 thresholds are ratios: verl's {float(upper)} keeps "
+                    f"{1 / upper:g} <= rho <= {upper:g}, which is "
+                    f"Rejection('k1', {level!r}, {-log_u:.6g}, {log_u:.6g}) here "
+                    f"(hyperx.llm.verl.from_verl_options converts)")
+    return message
+
+
+def _geo_rs(lower: float, upper: float) -> Rejection:
+    """verl's Geo-RS rejection for ratio thresholds ``"L_U"`` (see
+    :meth:`CorrectionConfig.geo_mask`), with errors in the caller's ratio units."""
+    for name, value in (("lower", lower), ("upper", upper)):
+        check_number(name, value, 0.0, open_low=True)
+    if not lower <= 1.0 <= upper:
+        raise ValueError(f"lower/upper: expected ratio thresholds with lower <= 1 <= upper "
+                         f"(on-policy responses, rho = 1, are kept), got ({lower}, {upper})")
+    return Rejection("k1", "seq_mean", math.log(lower), math.log(upper))
+
+
 @dataclass(frozen=True)
 class Rejection:
     """One rejection criterion: keep iff ``lower <= stat <= upper`` (both sides inclusive).
@@ -80,6 +107,15 @@ class Rejection:
     ``"0.5_2.0"`` k1 threshold, which verl reads as ratio bounds, is NOT ``(0.5, 2.0)`` here:
     use :func:`hyperx.llm.verl.from_verl_options`). A bound pair that rejects on-policy tokens
     (``rho = 1``: ratio 1, k1 = k2 = k3 = 0) is refused with an error saying so.
+
+    A ``k1`` rejection takes both bounds, as verl's does (``compute_rollout_rejection_mask`` in
+    verl/trainer/ppo/rollout_corr_helper.py applies ``log L <= k1 <= log U`` and reads a single
+    threshold ``U`` as ``"1/U_U"``). ``k1`` is signed, so one side alone bounds ``rho`` on one
+    side only (use ``statistic="ratio"`` for that), and an upper-only ``k1`` bound is what a
+    copied verl threshold looks like: ``Rejection("k1", "token", upper=2.0)`` would keep
+    ``rho >= e^-2`` with no upper limit, where verl's ``2.0`` keeps ``0.5 <= rho <= 2``, i.e.
+    ``Rejection("k1", "token", -log 2, log 2)``. A one-sided ``k1`` bound is refused with an
+    error giving that translation.
     """
 
     statistic: str
@@ -109,6 +145,8 @@ class Rejection:
                 f"({self.statistic} = {ideal:g} at rho = 1); these are {units}"
                 + ("; for ratio bounds use Rejection('ratio', ...) or "
                    "hyperx.llm.verl.from_verl_options" if self.statistic == "k1" else ""))
+        if self.statistic == "k1" and (self.lower is None or self.upper is None):
+            raise ValueError(_one_sided_k1(self.level, self.lower, self.upper))
 
     @property
     def name(self) -> str:
@@ -191,27 +229,42 @@ class CorrectionConfig:
 
     @classmethod
     def geo_mask(cls, lower: float = 0.999, upper: float = 1.001) -> CorrectionConfig:
-        """Geo-Mask: keep a response iff ``L <= exp(mean_t log rho_t) <= U`` (verl preset
-        bounds; the blog's looser default is 0.5 / 2.0)."""
-        return cls(rejections=(Rejection("ratio", "seq_mean", lower, upper),))
+        """Geo-Mask: verl's Geo-RS, ``rollout_rs="seq_mean_k1"`` with the ratio thresholds
+        ``rollout_rs_threshold="L_U"`` (verl/trainer/ppo/rollout_corr_helper.py,
+        ``compute_rollout_rejection_mask``; the defaults are the ``"0.999_1.001"`` of its
+        ``decoupled_geo_rs`` and other ``*_geo_rs*`` presets, verl/trainer/config/algorithm.py).
+
+        Keeps a response iff ``log L <= mean_t(-log rho_t) <= log U`` over its valid tokens (both
+        sides inclusive), i.e. ``1/U <= rho_geo <= 1/L`` with ``rho_geo = exp(mean_t log rho_t)``:
+        verl bounds the mean k1, so its ``L`` and ``U`` bound ``1/rho_geo``. For symmetric
+        thresholds (``L = 1/U``, e.g. the blog's looser 0.5 / 2.0) that is ``L <= rho_geo <= U``;
+        for 0.999 / 1.001 it is ``0.999001 <= rho_geo <= 1.001001``. ``L`` and ``U`` are
+        positive ratios with ``L <= 1 <= U``. ``hyperx llm --correction geo_mask`` uses wider
+        bounds (:data:`hyperx.llm.train.CORRECTIONS`).
+        """
+        return cls(rejections=(_geo_rs(lower, upper),))
 
     @classmethod
     def geo_mask_token_tis(cls, lower: float = 0.5, upper: float = 2.0,
                            c: float = 2.0) -> CorrectionConfig:
-        """Geo-Mask indicator times token TIS ``min(rho_t, C)``."""
-        return cls(weights="token_tis", weight_upper=c,
-                   rejections=(Rejection("ratio", "seq_mean", lower, upper),))
+        """Geo-Mask indicator (:meth:`geo_mask`'s rule) times token TIS ``min(rho_t, C)``; verl's
+        ``decoupled_geo_rs_token_tis`` is ``geo_mask_token_tis(0.999, 1.001, 2.0)``."""
+        return cls(weights="token_tis", weight_upper=c, rejections=(_geo_rs(lower, upper),))
 
     @classmethod
     def trm(cls, delta: float = 1.0, kl: float = 0.01) -> CorrectionConfig:
         """Sample-based TRM: reject a response iff ``max_t |log rho_t| > delta`` (seq-max k2 above
-        ``delta^2 / 2``) or ``mean_t k3_t > kl``. Defaults are ours; tune them per model."""
+        ``delta^2 / 2``) or ``mean_t k3_t > kl`` (nats). ``kl = 0.01`` is the threshold of verl's
+        K3-RS presets (``decoupled_k3_rs``: ``seq_mean_k3``, 0.01); ``delta`` is ours. Tune both
+        per model: ``hyperx llm --correction trm`` uses ``kl = 0.05``
+        (:data:`hyperx.llm.train.CORRECTIONS`)."""
         return cls(rejections=(Rejection("k2", "seq_max", upper=0.5 * delta**2),
                                Rejection("k3", "seq_mean", upper=kl)))
 
     @classmethod
     def trm_exact(cls, kl: float = 0.01) -> CorrectionConfig:
-        """Exact TRM from logits: reject iff ``max_t KL(mu(.|c_t) || pi(.|c_t)) > kl``."""
+        """Exact TRM from logits: reject iff ``max_t KL(mu(.|c_t) || pi(.|c_t)) > kl`` (nats; the
+        default as :meth:`trm`'s; ``hyperx llm --correction trm_exact`` uses 0.05)."""
         return cls(trm_kl=kl)
 
     @classmethod

@@ -276,15 +276,22 @@ def corrected_policy_loss(objective: ObjectiveConfig, correction: CorrectionConf
                           log_prob: Array, old_log_prob: Array | None = None,
                           rollout_log_prob: Array, advantages: Array, response_mask: Array,
                           denominator: Array | None = None, check_finite: bool = False,
-                          **trm_inputs: Array) -> LossOutput:
+                          rollout_logits: Array | None = None, old_logits: Array | None = None,
+                          rollout_topk_log_probs: Array | None = None,
+                          rollout_topk_ids: Array | None = None) -> LossOutput:
     """Rollout correction followed by the policy loss, with the bypass rule in one place.
 
     Decoupled (``correction.bypass`` False): ``rho = pi_old / mu``, PPO anchor ``pi_old``, loss
     weighted by ``sg(w)``. Bypass: ``rho = pi_theta / mu`` (from ``log_prob``; ``old_log_prob``
     is ignored and may be None), anchor ``mu``; PPO uses the rejection mask only, REINFORCE
-    uses ``sg(w)`` and the mask. ``trm_inputs`` are forwarded to ``rollout_correction``; every
-    array argument is keyword-only.
+    uses ``sg(w)`` and the mask. ``rollout_logits``, ``old_logits``, ``rollout_topk_log_probs``
+    and ``rollout_topk_ids`` (TRM) are forwarded to ``rollout_correction``; every array argument
+    is keyword-only. The aggregation (verl's ``loss_agg_mode``) is ``objective.agg``; any other
+    keyword is a ``TypeError`` naming this function.
     """
+    trm_inputs = dict(rollout_logits=rollout_logits, old_logits=old_logits,
+                      rollout_topk_log_probs=rollout_topk_log_probs,
+                      rollout_topk_ids=rollout_topk_ids)
     if correction.bypass:
         corr = rollout_correction(correction, old_log_prob=log_prob,
                                   rollout_log_prob=rollout_log_prob, response_mask=response_mask,

@@ -109,10 +109,10 @@ def test_k1_bound_is_on_minus_log_rho():
     log_rho = jnp.array([[-1.0, 1.0]])
     mask = jnp.ones_like(log_rho)
     np.testing.assert_array_equal(
-        rejection_keep(Rejection("k1", "token", upper=0.5), log_rho, mask), [[0, 1]]
+        rejection_keep(Rejection("k1", "token", -5.0, 0.5), log_rho, mask), [[0, 1]]
     )
     np.testing.assert_array_equal(
-        rejection_keep(Rejection("k1", "token", lower=-0.5), log_rho, mask), [[1, 0]]
+        rejection_keep(Rejection("k1", "token", -0.5, 5.0), log_rho, mask), [[1, 0]]
     )
 
 
@@ -146,6 +146,8 @@ def test_bounds_on_both_sides(statistic, level):
         eps = 1e-3 * max(abs(s), 1.0)
 
         def kept(lower=None, upper=None, row=row):
+            if statistic == "k1":  # k1 takes both bounds (issue 24): the other side is wide
+                lower, upper = (-1e3 if lower is None else lower), (1e3 if upper is None else upper)
             keep = rejection_keep(Rejection(statistic, level, lower, upper), log_rho, mask)
             return float(keep[row, 0])
 
@@ -194,7 +196,7 @@ def test_verl_k1_bounds_are_refused_not_misread():
 
 def test_rejections_chain_with_and():
     cfg = CorrectionConfig(
-        rejections=(Rejection("ratio", "token", upper=2.0), Rejection("k1", "token", upper=0.5))
+        rejections=(Rejection("ratio", "token", upper=2.0), Rejection("k1", "token", -5.0, 0.5))
     )
     out = _run(cfg, [[1.0, -1.0, 0.1]])
     np.testing.assert_array_equal(out.mask, [[0, 0, 1]])

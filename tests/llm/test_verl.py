@@ -169,3 +169,96 @@ def test_port_defaults():
     port = from_verl_options()
     assert port.correction == CorrectionConfig()
     assert port.objective == ObjectiveConfig(dual_clip=3.0)
+
+
+# Issue 24 item 3: the verl porting traps that were silent, run against verl's own rules.
+
+
+def test_an_upper_only_k1_bound_in_verls_ratio_units_is_refused():
+    # Rejection("k1", "token", upper=2.0), verl's token_k1 threshold 2.0 copied by hand, was
+    # accepted and kept -log rho <= 2 with no lower side: every rho > 2 and 0.14 < rho < 0.5,
+    # which verl rejects. The error names the side, the unit and verl's 2.0 in our units.
+    with pytest.raises(ValueError, match=r"^upper: .*in nats.*verl's 2\.0 keeps 0\.5 <= rho <= 2"
+                       r".*Rejection\('k1', 'token', -0\.693147, 0\.693147\)") as info:
+        Rejection("k1", "token", upper=2.0)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="^lower: a k1 rejection needs both"):
+        Rejection("k1", "seq_mean", lower=-0.5)
+    # the translation in the message is verl's rule, token by token
+    rule = Rejection("k1", "token", -0.693147, 0.693147)
+    assert from_verl_options(rollout_rs="token_k1", rollout_rs_threshold=2.0).correction == (
+        CorrectionConfig(rejections=(Rejection("k1", "token", -math.log(2), math.log(2)),)))
+    out = rollout_correction(CorrectionConfig(rejections=(rule,)), old_log_prob=jnp.asarray(OLD),
+                             rollout_log_prob=jnp.asarray(ROLL), response_mask=jnp.asarray(MASK))
+    expected = _verl_rs_keep("token_k1", 0.5, 2.0)
+    np.testing.assert_array_equal(np.asarray(out.mask) > 0, expected)
+    assert 0 < expected.sum() < MASK.sum()
+
+
+def _verl_geo_rs_keep(log_ratio: np.ndarray, mask: np.ndarray, lower: float,
+                      upper: float) -> np.ndarray:
+    """verl's compute_rollout_rejection_mask for rollout_rs="seq_mean_k1" and "L_U" (its
+    masked_mean divides by mask.sum() + 1e-8, verl/utils/torch_functional.py)."""
+    k1 = -np.clip(log_ratio, -20, 20)
+    mean = np.sum(np.where(mask > 0, k1, 0.0) * mask, 1) / (np.sum(mask, 1) + 1e-8)
+    return (mean >= math.log(lower)) & (mean <= math.log(upper))
+
+
+def test_geo_mask_is_verls_geo_rs():
+    # geo_mask(0.999, 1.001) kept 0.999 <= rho_geo <= 1.001; verl's Geo-RS with "0.999_1.001"
+    # bounds the mean k1 = -mean log rho, i.e. keeps 1/1.001 <= rho_geo <= 1/0.999. The probe
+    # puts mean log rho on both sides of both rules' edges (+-0.0009995, +-0.0010005).
+    means = np.array([-2e-3, -1.001e-3, -1e-3, -0.9998e-3, -0.999e-3, 0.0, 0.999e-3,
+                      0.9998e-3, 1e-3, 1.001e-3, 2e-3])
+    lengths = np.array([8, 1, 5, 3, 8, 2, 7, 4, 6, 8, 3])
+    rng = np.random.default_rng(1)
+    mask = (np.arange(8)[None] < lengths[:, None]).astype(np.float32)
+    noise = 0.01 * rng.standard_normal(mask.shape) * mask
+    noise -= mask * (np.sum(noise, 1) / lengths)[:, None]  # zero mean over the valid tokens
+    log_ratio = np.where(mask > 0, means[:, None] + noise, 5.0)  # padding holds a far ratio
+    old = np.full(mask.shape, -0.05, np.float32)
+    roll = (old - log_ratio).astype(np.float32)
+    verl_keep = _verl_geo_rs_keep(old.astype(np.float64) - roll, mask, 0.999, 1.001)
+    np.testing.assert_array_equal(verl_keep, [0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0])
+    out = rollout_correction(CorrectionConfig.geo_mask(), old_log_prob=jnp.asarray(old),
+                             rollout_log_prob=jnp.asarray(roll), response_mask=jnp.asarray(mask))
+    np.testing.assert_array_equal(np.asarray(out.mask), mask * verl_keep[:, None])
+    # the old rule, 0.999 <= rho_geo <= 1.001, disagreed with verl on 4 rows (18 tokens)
+    old_rule = (means >= math.log(0.999)) & (means <= math.log(1.001))
+    assert np.sum(old_rule != verl_keep) == 4 and np.sum(mask[old_rule != verl_keep]) == 18
+    assert from_verl_options(preset="decoupled_geo_rs").correction == CorrectionConfig.geo_mask()
+    assert (from_verl_options(preset="decoupled_geo_rs_token_tis").correction
+            == CorrectionConfig.geo_mask_token_tis(0.999, 1.001, c=2.0))
+
+
+def test_named_presets_and_config_defaults_differ_as_documented():
+    # Issue 23: CorrectionConfig.geo_mask() / trm() default to verl's presets (0.999_1.001;
+    # K3-RS 0.01) while `hyperx llm --correction` uses bounds tuned for its tasks (0.9 <=
+    # rho_geo <= 1.1; kl 0.05), as hyperx.llm.train.CORRECTIONS documents.
+    from hyperx.llm.train import CORRECTIONS
+
+    k3_rs = from_verl_options(preset="decoupled_k3_rs").correction.rejections
+    assert CorrectionConfig.trm().rejections[1:] == k3_rs
+    assert CORRECTIONS["trm"] == CorrectionConfig.trm(delta=1.0, kl=0.05)
+    assert CORRECTIONS["trm_exact"] == CorrectionConfig.trm_exact(kl=0.05)
+    edges = np.log([0.9, 1.1])
+    log_rho = np.array([[edges[0] + 1e-4], [edges[0] - 1e-4], [edges[1] - 1e-4],
+                        [edges[1] + 1e-4]], np.float32)
+    out = rollout_correction(CORRECTIONS["geo_mask"], old_log_prob=jnp.full((4, 1), -1.0),
+                             rollout_log_prob=jnp.asarray(-1.0 - log_rho),
+                             response_mask=jnp.ones((4, 1)))
+    np.testing.assert_array_equal(out.mask[:, 0], [1, 0, 1, 0])
+
+
+def test_verls_loss_agg_mode_keyword_names_corrected_policy_loss():
+    # corrected_policy_loss(..., loss_agg_mode=...) used to fail inside rollout_correction
+    # ("rollout_correction() got an unexpected keyword argument"); verl's loss_agg_mode is
+    # ObjectiveConfig.agg here.
+    lp = jnp.asarray(OLD)
+    with pytest.raises(TypeError, match=r"^corrected_policy_loss\(\) got an unexpected keyword "
+                       r"argument 'loss_agg_mode'"):
+        corrected_policy_loss(ObjectiveConfig(), CorrectionConfig(), log_prob=lp,
+                              old_log_prob=lp, rollout_log_prob=lp, advantages=lp,
+                              response_mask=jnp.asarray(MASK), loss_agg_mode="token-mean")
+    port = from_verl_options(loss_agg_mode="seq-mean-token-mean")
+    assert port.objective.agg == "seq-mean-token-mean"

@@ -7,11 +7,14 @@ Example (GP-MW's experiment, docs/games.md)::
         --matchups gp_mw:random,exp3:random,hedge:random,gp_mw:exp3 --out runs/games
 
 ``--game`` is ``zero_sum`` (a random smooth two-player zero-sum game per seed, as in GP-MW's
-experiments), ``general_sum`` (independent smooth payoffs for each of ``--players`` players) or
-``rps`` (rock-paper-scissors). Seed s plays the same game in every matchup. ``--matchups`` is a
-comma-separated list of ``NAME:NAME[:NAME...]``, one learner per player (names:
-:data:`hyperx.games.LEARNERS`). Each matchup runs its seeds in vmapped ``lax.scan`` calls of
-``--seeds-per-part`` seeds.
+experiments), ``general_sum`` (independent smooth payoffs for each of ``--players`` players),
+``rps`` (rock-paper-scissors) or ``sioux_falls`` (the authors' traffic-routing game: a random
+subset of ``--controlled`` of its 528 players learns, drawn with ``--seed``, the others keep their
+shortest path; :mod:`hyperx.games.routing_play`). Seed s plays the same game in every matchup.
+``--matchups`` is a comma-separated list of ``NAME:NAME[:NAME...]``, one learner per player
+(names: :data:`hyperx.games.LEARNERS`); on ``sioux_falls`` one name per matchup, the learner of
+every controlled player (names: :data:`hyperx.games.ROUTING_LEARNERS`). Each matchup runs its
+seeds in vmapped ``lax.scan`` calls of ``--seeds-per-part`` seeds.
 
 Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
 
@@ -21,7 +24,9 @@ Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
   regret ``R_i(t)`` at about ``--points`` log-spaced t ending at the horizon);
 - ``summary.json``: the settings and, per matchup, each player's time-averaged final regret
   ``R_i(T) / T`` and the equilibrium gap of the play (NashConv of the time-averaged strategies
-  in a two-player zero-sum game, else the CCE gap of the time-averaged product distribution),
+  in a two-player zero-sum game, else the CCE gap of the time-averaged product distribution; on
+  ``sioux_falls`` the relative delay at T and that of a pure Nash equilibrium of the same
+  players),
   with means, standard deviations and 95% intervals, and the wall time and seed-rounds per second;
 - ``regret.png``: player 1's mean time-averaged regret with its 95% band, one line per matchup.
 
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import math
@@ -46,10 +52,11 @@ from hyperx._argparse import add_run_dir_options, fail, interrupted, non_negativ
 from hyperx._rundir import interval95, prepare_out, write_atomic, write_manifest
 from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes
 
-GAMES = ("zero_sum", "general_sum", "rps")
+GAMES = ("zero_sum", "general_sum", "rps", "sioux_falls")
 CSV_COLUMNS = ("matchup", "player", "learner", "seed", "t", "regret")
 OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png")
-SETTINGS = ("game", "actions", "players", "steps", "seeds", "seed", "noise", "matchups",
+SETTINGS = ("game", "actions", "players", "controlled", "steps", "seeds", "seed", "noise",
+            "matchups",
             "points", "seeds_per_part")
 DESCRIPTION = ("Repeated games between no-regret learners (Hedge, Exp3.P, Exp3-IX, GP-MW, GP-MW "
                "on Ensemble++) over many seeds: writes regret.csv, summary.json and regret.png "
@@ -67,11 +74,15 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="actions per player K (default 30; rps: 3)")
     parser.add_argument("--players", type=positive_int, default=2,
                         help="players N (zero_sum and rps: 2)")
+    parser.add_argument("--controlled", type=positive_int, default=None,
+                        help="sioux_falls: learning players (default 20 of 528)")
     parser.add_argument("--steps", type=positive_int, default=200, help="rounds T")
     parser.add_argument("--seeds", type=positive_int, default=100, help="seeds (one game each)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
-    parser.add_argument("--noise", type=float, default=1.0,
-                        help="std sigma > 0 of the payoff noise (bandit feedback)")
+    parser.add_argument("--noise", type=float, default=None,
+                        help="std sigma > 0 of the payoff noise (bandit feedback; default 1); "
+                             "sioux_falls: as a fraction of each player's largest travel "
+                             "time (default 0.001, the authors')")
     parser.add_argument("--matchups", default="gp_mw:random,exp3:random,hedge:random",
                         help="NAME:NAME[:...] list, one learner per player; names: "
                              + ", ".join(LEARNERS))
@@ -134,6 +145,42 @@ def _matchups(args: argparse.Namespace, num_actions: tuple[int, ...]) -> list[tu
     return out
 
 
+def _routing(args: argparse.Namespace):
+    """The routing game, the controlled players' setting, their learners (one population per
+    matchup) and the relative delay of a pure Nash equilibrium of the same players."""
+    import jax
+
+    from hyperx.games import routing_play as rp
+    from hyperx.games.routing import best_response_equilibrium, sioux_falls
+
+    game = sioux_falls()
+    if args.controlled > game.num_players:
+        fail(f"--controlled: expected at most {game.num_players} players, got {args.controlled}")
+    controlled = np.sort(np.random.default_rng(args.seed).permutation(game.num_players)
+                         [:args.controlled])
+    key = jax.random.key(args.seed)
+    try:
+        s = rp.setting(game, controlled, args.steps, key, noise_fraction=args.noise)
+    except ValueError as err:
+        fail(f"--steps / --noise: {err}")
+    out = []
+    for text in [m.strip() for m in args.matchups.split(",") if m.strip()]:
+        if text not in rp.ROUTING_LEARNERS:
+            fail(f"--matchups {text}: on sioux_falls each matchup is one learner name for every "
+                 f"controlled player, one of {list(rp.ROUTING_LEARNERS)}")
+        try:
+            population = rp.make_population(text, game, s, jax.random.fold_in(key, 1))
+        except ValueError as err:
+            fail(f"--matchups {text}: {err}")
+        out.append((text, [population] * args.controlled))
+    if not out:
+        fail("--matchups: expected at least one learner name")
+    movable = np.zeros(game.num_players, bool)
+    movable[controlled] = True
+    equilibrium = best_response_equilibrium(game, movable)
+    return game, s, out, float(equilibrium.relative_delay)
+
+
 def _games(args: argparse.Namespace, num_actions: tuple[int, ...], start: int, stop: int):
     import jax
     import jax.numpy as jnp
@@ -158,18 +205,23 @@ def _run_part(args, num_actions, text: str, program, start: int, stop: int,
 
     from hyperx.games.normal_form import cce_gap, nash_conv
 
-    games = _games(args, num_actions, start, stop)
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(args.seed + 1), s))(
         np.arange(start, stop))
     begin = time.perf_counter()
-    result = program(games, keys)
-    regret = np.asarray(result.rounds.regret)[:, checkpoints - 1]  # (S, C, N)
-    if args.game != "general_sum":
-        gaps = jax.vmap(nash_conv)(games, result.mean_strategies)
+    if args.game == "sioux_falls":
+        rounds = program(keys)
+        regret = np.asarray(rounds.regret)[:, checkpoints - 1]      # (S, C, controlled)
+        gaps = rounds.relative_delay[:, -1]
     else:
-        gaps = jax.vmap(cce_gap)(games, result.mean_joint)
+        games = _games(args, num_actions, start, stop)
+        result = program(games, keys)
+        regret = np.asarray(result.rounds.regret)[:, checkpoints - 1]  # (S, C, N)
+        if args.game != "general_sum":
+            gaps = jax.vmap(nash_conv)(games, result.mean_strategies)
+        else:
+            gaps = jax.vmap(cce_gap)(games, result.mean_joint)
     seconds = time.perf_counter() - begin
-    names = text.split(":")
+    names = text.split(":") * (regret.shape[2] if args.game == "sioux_falls" else 1)
     rows = io.StringIO()
     writer = csv.writer(rows)
     writer.writerow(CSV_COLUMNS)
@@ -186,20 +238,30 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the games described by parsed ``args`` and write the outputs (module docstring)."""
     from hyperx.experiment import log_grid
 
+    routing = args.game == "sioux_falls"
+    if args.noise is None:
+        args.noise = 0.001 if routing else 1.0
     if not math.isfinite(args.noise) or args.noise <= 0:
         fail(f"--noise: expected a finite number > 0, got {args.noise}")
+    if args.controlled is not None and not routing:
+        fail(f"--controlled: only for --game sioux_falls, got --game {args.game}")
+    if routing and args.controlled is None:
+        args.controlled = 20
     if args.seed + args.seeds + 1 > INT32_MAX:
         fail(f"--seed, --seeds: expected seed ids in [0, {INT32_MAX - 1}], got {args.seed} .. "
              f"{args.seed + args.seeds}")
-    num_actions = _num_actions(args)
-    matchups = _matchups(args, num_actions)
+    if routing:
+        game, setting, matchups, equilibrium_delay = _routing(args)
+        num_actions, per_seed = (), 4.0 * args.steps * (args.controlled + 2)
+    else:
+        num_actions = _num_actions(args)
+        matchups = _matchups(args, num_actions)
+        per_seed = 16.0 * args.steps * len(num_actions) + 8.0 * math.prod(num_actions)
     checkpoints = log_grid(args.steps, args.points)
     part = min(args.seeds, args.seeds_per_part)
     try:
-        check_memory(f"--seeds-per-part {args.seeds_per_part}",
-                     16.0 * part * args.steps * len(num_actions) + 8.0 * part
-                     * math.prod(num_actions), host_memory_bytes(),
-                     "memory for one part's rounds")
+        check_memory(f"--seeds-per-part {args.seeds_per_part}", part * per_seed,
+                     host_memory_bytes(), "memory for one part's rounds")
     except ValueError as err:
         fail(str(err))
     settings = {key: getattr(args, key) for key in SETTINGS}
@@ -211,8 +273,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     todo = [b for b in blocks if not _part_path(out, *b).exists()]
     from hyperx.games.play import make_play_seeds
 
-    programs = {i: make_play_seeds(matchups[i][1], args.steps, noise_std=args.noise)
-                for i in {b[0] for b in todo}}  # one compiled program per matchup, all parts
+    if routing:
+        from hyperx.games.routing_play import play_routing
+
+        programs = {i: functools.partial(play_routing, game, setting, matchups[i][1][0])
+                    for i in {b[0] for b in todo}}
+    else:  # one compiled program per matchup, all parts
+        programs = {i: make_play_seeds(matchups[i][1], args.steps, noise_std=args.noise)
+                    for i in {b[0] for b in todo}}
     try:
         for i, start, stop in todo:
             _run_part(args, num_actions, matchups[i][0], programs[i], start, stop, checkpoints,
@@ -222,6 +290,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
                     "with --resume to finish")
     summary = _write_outputs(out, args, matchups, blocks)
+    if routing:
+        summary["equilibrium_relative_delay"] = equilibrium_delay
+        write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_manifest(out, "games", settings, complete=True)
     if not args.quiet:
         print(format_table(summary))
@@ -234,7 +305,8 @@ def run_from_args(args: argparse.Namespace) -> int:
 def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
                    blocks: list[tuple[int, int, int]]) -> dict[str, Any]:
     summary: dict[str, Any] = {key: getattr(args, key) for key in SETTINGS}
-    summary["gap"] = "nash_conv" if args.game != "general_sum" else "cce_gap"
+    summary["gap"] = {"general_sum": "cce_gap", "sioux_falls": "relative_delay"}.get(
+        args.game, "nash_conv")
     summary["matchups"] = {}
     tmp = out / ".regret.csv.tmp"
     with open(tmp, "w", newline="") as f:
@@ -259,6 +331,9 @@ def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
                 "average_regret": [interval95(np.array(f)) for f in finals],
                 "gap": interval95(np.array(gaps)),
                 "wall_time_s": seconds, "seed_rounds_per_s": seed_rounds / max(seconds, 1e-9)}
+            if args.game == "sioux_falls":  # per seed, the mean over the controlled players
+                summary["matchups"][text]["mean_regret"] = interval95(
+                    np.mean(np.array(finals), axis=0))
     tmp.replace(out / "regret.csv")
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot_games_csv(out)
@@ -267,10 +342,12 @@ def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
 
 def format_table(summary: dict[str, Any]) -> str:
     """The summary as a fixed-width text table, one line per matchup."""
-    lines = [f"{'matchup':<28} {'R_1(T)/T (95% CI)':>26} {summary['gap']:>18} "
-             f"{'seed-rounds/s':>14}"]
+    routing = summary["game"] == "sioux_falls"
+    regret = "mean R_i(T)/T (95% CI)" if routing else "R_1(T)/T (95% CI)"
+    lines = [f"{'matchup':<28} {regret:>26} {summary['gap']:>18} {'seed-rounds/s':>14}"]
     for text, entry in summary["matchups"].items():
-        final, gap = entry["average_regret"][0], entry["gap"]
+        final = entry["mean_regret"] if routing else entry["average_regret"][0]
+        gap = entry["gap"]
         ci = final["ci95"]
         band = f"{final['mean']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
         lines.append(f"{text:<28} {band:>26} {gap['mean']:>18.3f} "

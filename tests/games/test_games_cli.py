@@ -54,6 +54,30 @@ def test_general_sum_games_report_the_cce_gap(tmp_path):
     assert len(summary["matchups"]["hedge:exp3_ix:random"]["average_regret"]) == 3
 
 
+def test_sioux_falls_routing_runs_resumes_and_reports_the_delay(tmp_path, capsys):
+    """The routing game: one learner for every controlled player, the mean regret over them,
+    the relative delay at T beside a pure Nash equilibrium's; a second run with --resume only
+    rebuilds the outputs."""
+    out = tmp_path / "r"
+    argv = ["games", "--game", "sioux_falls", "--controlled", "4", "--steps", "20", "--seeds",
+            "3", "--points", "4", "--matchups", "hedge,exp3", "--out", str(out)]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "mean R_i(T)/T" in table and "relative_delay" in table
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["gap"] == "relative_delay" and summary["noise"] == 0.001
+    hedge, exp3 = summary["matchups"]["hedge"], summary["matchups"]["exp3"]
+    assert len(hedge["average_regret"]) == 4
+    assert hedge["mean_regret"]["mean"] < exp3["mean_regret"]["mean"]
+    assert 5 < hedge["gap"]["mean"] < 20 and 5 < summary["equilibrium_relative_delay"] < 20
+    with open(out / "regret.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["learner"] for r in rows if r["matchup"] == "exp3"} == {"exp3"}
+    assert {int(r["player"]) for r in rows} == {1, 2, 3, 4}
+    assert main([*argv, "--resume"]) == 0
+    assert "run is complete" in capsys.readouterr().out
+
+
 def test_interrupted_run_keeps_finished_parts_and_resume_completes_it(tmp_path, capsys,
                                                                      monkeypatch):
     full = _run(tmp_path, "full", "--seeds-per-part", "2")
@@ -93,6 +117,9 @@ def test_interrupted_run_keeps_finished_parts_and_resume_completes_it(tmp_path, 
     (["--actions", "100000"], "--actions"),
     (["--steps", "0"], "--steps"),
     (["--seed", "2147483647"], "--seed"),
+    (["--controlled", "5"], "--controlled: only for --game sioux_falls"),
+    (["--game", "sioux_falls", "--controlled", "600"], "--controlled"),
+    (["--game", "sioux_falls", "--matchups", "hedge:exp3"], "one learner name"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, needle):
     with pytest.raises(SystemExit) as exc:

@@ -191,8 +191,26 @@ def _games_phrases() -> list[str]:
             f" per second at 1000 seeds, {tp['hyperx']['1000']['ratio_to_numpy']:.0f}x a per-seed"]
 
 
+def _routing_cell(row) -> str:
+    lo, hi = row["ci95"]
+    return f"{row['mean']:.0f} [{lo:.0f}, {hi:.0f}]"
+
+
+def _routing_phrases() -> list[str]:
+    """The routing experiment at n = 50: each learner's time-averaged regret at T with its
+    interval over subsets, and the authors' stored means."""
+    out = _load("games_routing.json")
+    ours = {k: _routing_cell(v["50"]["regret"]["100"]) for k, v in out["summary"]["ours"].items()}
+    authors = {k: f"{v['50']['regret']['100']['mean']:.0f}" for k, v in out["authors"].items()}
+    return [f"{out['draws']} subsets of 50 learning players x {out['seeds']} seeds",
+            f"{ours['gp_mw']} for GP-MW, {ours['exp3']} for Exp3.P and {ours['hedge']} for",
+            f"stored means: {authors['gp_mw']}, {authors['exp3']}, {authors['hedge']})",
+            f"GP-MW on Ensemble++ {ours['ensemble_mw']}"]
+
+
 @pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases()
-                         + _parity_phrases() + _llm_phrases() + _games_phrases())
+                         + _parity_phrases() + _llm_phrases() + _games_phrases()
+                         + _routing_phrases())
 def test_readme_states_the_result_file(phrase):
     assert " ".join(phrase.split()) in _readme(), f"README.md does not say: {phrase!r}"
 
@@ -244,3 +262,15 @@ def test_the_bandwidth_table_equals_the_result_file():
         cells.append(f"{d['mean']:+.2f} [{d['ci95'][0]:.2f}, {d['ci95'][1]:.2f}]")
         assert run["episode_bits_never_above_bound"]
         assert f"| {name.upper()} | " + " | ".join(cells) + " |" in page, cells
+
+
+def test_the_routing_table_equals_the_result_file():
+    out = _load("games_routing.json")
+    page = " ".join((ROOT / "docs" / "games.md").read_text().split())
+    for name, by_n in out["summary"]["ours"].items():
+        for n, row in by_n.items():
+            stored = (out["authors"] or {}).get(name, {}).get(n)
+            cells = [_routing_cell(row["regret"]["100"])]
+            cells += [_routing_cell(stored["regret"]["100"])] if stored else []
+            line = f"| `{name}` | {n} | " + " | ".join(cells)
+            assert line in page, line

@@ -27,10 +27,11 @@ A :class:`Population` holds one learner for all controlled players, its state ba
   their own load only, the congestion-game assumption): ``O(K D M)`` per round instead of the
   GP's ``O(t^3)``.
 
-Inputs are normalised per player (own route by its demand, occupancy per edge by its largest
-value in random play; payoffs by ``L_i``), a change of variables the GP's fitted scales would
-otherwise absorb. The GP runs in float64 (``sigma_i = 0.001 L_i`` makes its kernel matrix too
-ill-conditioned for float32), under ``jax.enable_x64``.
+Inputs are normalised per player (own route by its demand; payoffs by ``L_i``; the occupancy
+by one number per player for the GP, the largest occupancy of its edges in random play, which the
+kernel's fitted scale absorbs, and per edge for Ensemble++, whose per-feature weights absorb
+it). The GP runs in float64 (``sigma_i = 0.001 L_i`` makes its kernel matrix too ill-conditioned
+for float32), under ``jax.enable_x64``.
 
 Measures per round: each controlled player's realised regret ``R_i(t) = sum_s l_i(a^s) - min_k
 sum_s l_i(k, a_{-i}^s)`` (noise-free), the authors' relative delay and the total travel time.
@@ -203,14 +204,22 @@ def player_inputs(game: RoutingGame, controlled: np.ndarray) -> PlayerInputs:
 
 
 def _route_inputs(game: RoutingGame, s: Setting, inputs: PlayerInputs, actions: Array,
-                  occ: Array) -> tuple[Array, Array]:
+                  occ: Array, *, per_edge: bool) -> tuple[Array, Array]:
     """Normalised ``(x^k, o - x^{a} + x^k)`` on each player's edges for every route k:
-    ``(M, K, D)`` twice; ``actions (M,)`` the routes played, ``occ (E,)`` the occupancy."""
+    ``(M, K, D)`` twice; ``actions (M,)`` the routes played, ``occ (E,)`` the occupancy.
+
+    The own route is divided by the player's demand; the occupancy by each edge's scale
+    (``per_edge``: a linear model's per-feature weights absorb it) or by the largest scale over
+    the player's edges (one number, which a kernel's fitted ``s_2`` absorbs exactly: the GP
+    keeps the authors' kernel on raw occupancies, where busy edges weigh more)."""
     ids = jnp.asarray(s.controlled)
     routes = jnp.take_along_axis(game.routes[ids], inputs.edges[:, None, :], axis=2)  # (M,K,D)
     own = routes / game.demand[ids][:, None, None]
     played = jnp.take_along_axis(routes, actions[:, None, None], axis=1)             # (M,1,D)
-    scale = s.occupancy_scale[inputs.edges][:, None, :]
+    scale = jnp.where(inputs.mask, s.occupancy_scale[inputs.edges], 0.0)[:, None, :]
+    if not per_edge:
+        scale = jnp.max(scale, axis=-1, keepdims=True)
+    scale = jnp.maximum(scale, 1e-6)
     others = (occ[inputs.edges][:, None, :] - played + routes) / scale
     mask = inputs.mask[:, None, :]
     return jnp.where(mask, own, 0.0), jnp.where(mask, others, 0.0)
@@ -274,7 +283,7 @@ def fit_poly_kernel(game: RoutingGame, s: Setting, key: Array, *, degree: int = 
         ids = jnp.asarray(s.controlled)
 
         def sample(a, t, o):
-            x, oo = _route_inputs(game, s, inputs, a[ids], o)
+            x, oo = _route_inputs(game, s, inputs, a[ids], o, per_edge=False)
             own = jnp.take_along_axis(x, a[ids][:, None, None], axis=1)[:, 0]
             occs = jnp.take_along_axis(oo, a[ids][:, None, None], axis=1)[:, 0]
             return own, occs, t[ids]
@@ -332,7 +341,8 @@ def gp_mw(game: RoutingGame, s: Setting, kernel: PolyKernel, *, beta: float = 2.
                        jnp.asarray(kernel.log_params, jnp.float64))
 
     def update(state: GPState, key: Array, fb: RoutingFeedback) -> GPState:
-        x, o = _route_inputs(game, s, inputs, fb.actions, fb.occupancy)
+        x, o = _route_inputs(game, s, inputs, fb.actions, fb.occupancy,
+                            per_edge=False)
         x, o = x.astype(jnp.float64), o.astype(jnp.float64)
         mean, var = jax.vmap(_gp_posterior, in_axes=(0, None, 0, 0, 0, None, 0, 0, 0))(
             state.log_params, kernel.degree, state.hist_x, state.hist_o, state.hist_y,
@@ -383,7 +393,8 @@ def ensemble_mw(game: RoutingGame, s: Setting, *, degree: int = 4, index_dim: in
                              jax.vmap(model.init)(jax.random.split(key, m)))
 
     def update(state: EnsembleState, key: Array, fb: RoutingFeedback) -> EnsembleState:
-        x, o = _route_inputs(game, s, inputs, fb.actions, fb.occupancy)
+        x, o = _route_inputs(game, s, inputs, fb.actions, fb.occupancy,
+                            per_edge=True)
         phi = separable_features(x, o, degree)                                  # (M, K, F)
         mean = jnp.einsum("mkf,mf->mk", phi, state.model.mu)
         spread = jnp.einsum("mkf,mfj->mkj", phi, state.model.factor)

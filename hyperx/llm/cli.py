@@ -8,27 +8,48 @@ Example::
 builds the RoPE/RMSNorm transformer of :mod:`hyperx.llm.transformer` (or loads a transformers
 Flax causal LM with ``--hf-path``), warms it up with supervised steps, then runs the RL loop of
 :mod:`hyperx.llm.train` with a ``--rollout-dtype`` sampler that is ``--lag`` updates stale.
-It writes ``OUT/metrics.csv`` (one row per step), ``OUT/summary.json`` and ``OUT/curves.png``,
-beside ``OUT/run.json``: ``--out`` is checked before any work and follows the run-directory rules
-of :mod:`hyperx._rundir` (a rerun with the same options replaces its own outputs; a folder
-holding another run or foreign files needs ``--overwrite``). There is no ``--resume``: a run is
-minutes long and restarts from the beginning. ``metrics.csv`` gains each step's row as the step
-ends; Ctrl-C leaves the finished steps there and exits with status 130.
+It writes ``OUT/metrics.csv`` (one row per step, appended as the step ends),
+``OUT/summary.json``, ``OUT/curves.png`` and ``OUT/checkpoints/`` (the RL state after the
+warm-up and every ``--checkpoint-every`` steps) beside ``OUT/run.json``. ``--out`` is checked
+before any work and follows the run-directory rules of :mod:`hyperx._rundir`: a folder holding
+another run or foreign files needs ``--overwrite``, and ``--resume`` continues an interrupted
+run from its newest checkpoint to the outputs an uninterrupted run would have written (the
+``time_*`` columns and ``wall_s`` aside). Ctrl-C finishes the save in progress, keeps the
+finished steps' rows and exits with status 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hyperx._argparse import OneLineParser, fail, interrupted, non_negative_int, positive_int
-from hyperx._rundir import prepare_out, write_atomic, write_manifest
+from hyperx._argparse import (
+    OneLineParser,
+    add_run_dir_options,
+    fail,
+    interrupted,
+    non_negative_int,
+    positive_int,
+)
+from hyperx._rundir import prepare_out, sigint_held, write_atomic, write_manifest
 
-OUTPUTS = ("metrics.csv", "summary.json", "curves.png")
+if TYPE_CHECKING:
+    import jax
+
+    from hyperx.llm.model import LanguageModel
+    from hyperx.llm.tasks import Task
+    from hyperx.llm.train import Trainer
+
+OUTPUTS = ("metrics.csv", "summary.json", "curves.png", "checkpoints")
+NOT_SETTINGS = ("func", "command", "quiet", "overwrite", "resume", "out")
+"""Options that do not change what a run computes (left out of ``run.json``'s settings)."""
 PLOTTED = (("reward", "mean reward"), ("response_length", "response length (tokens)"),
            ("mismatch_kl", "mismatch KL (k1)"), ("grad_norm", "gradient norm"),
            ("ess", "ESS of the weights"), ("lr", "learning rate"))
@@ -82,9 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory of a transformers Flax causal LM to train instead "
                              "(its vocabulary must cover the task's character ids)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed")
+    parser.add_argument("--checkpoint-every", type=positive_int, default=50,
+                        help="save the RL state to OUT/checkpoints every N steps (and after "
+                             "the warm-up); --resume continues from the newest")
     parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace what another run wrote to --out (other files are kept)")
+    add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -137,10 +160,76 @@ def _build(args: argparse.Namespace, task):
     return train_lm, rollout_lm, params
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    """Warm up, train, and write ``metrics.csv``, ``summary.json`` and ``curves.png``."""
+class Carry(NamedTuple):
+    """What a checkpoint of ``hyperx llm`` holds.
+
+    Attributes:
+      state: the :class:`~hyperx.llm.train.TrainState`, its ``lagged`` padded to ``lag``
+        versions with the initial parameters (the sampler uses those while fewer updates
+        exist, so the padding changes no step and fixes the checkpoint's structure).
+      key: the raw data (``jax.random.key_data``) of the key of the next RL step.
+      before: the measurements taken before RL (``greedy_accuracy_before`` and, after a
+        warm-up, ``warmup_final_loss``), as float32 scalars.
+    """
+
+    state: Any
+    key: Any
+    before: dict[str, Any]
+
+
+def _initial_carry(trainer: Trainer, params: Any, key: jax.Array,
+                   before: dict[str, Any]) -> Carry:
+    """The carry at RL step 0 from ``params`` (:class:`Carry`; ``key`` is the run's seed key)."""
     import jax
 
+    state = trainer.init(params)._replace(lagged=(params,) * trainer.config.lag)
+    return Carry(state, jax.random.key_data(jax.random.fold_in(key, 3)), before)
+
+
+def _warm_start(args: argparse.Namespace, trainer: Trainer, train_lm: LanguageModel, task: Task,
+                params: Any, key: jax.Array) -> Carry:
+    """Warm up, measure the greedy accuracy and return the carry at RL step 0."""
+    import jax
+
+    from hyperx.llm import train as rl
+
+    before = {}
+    if args.warmup_steps:
+        params, losses = rl.supervised_warmup(train_lm, params, task, jax.random.fold_in(key, 1),
+                                              steps=args.warmup_steps)
+        before["warmup_final_loss"] = losses[-1]
+    before["greedy_accuracy_before"] = rl.evaluate(train_lm, params, task,
+                                                   jax.random.fold_in(key, 2))
+    return _initial_carry(trainer, params, key, before)
+
+
+def read_metrics(path: Path, steps: int) -> list[dict[str, float]]:
+    """The first ``steps`` rows of a ``metrics.csv`` as :func:`hyperx.llm.train.train` logged
+    them (floats, written as ``repr`` so read back exactly); ``ValueError`` when the file holds
+    fewer rows, a damaged one, or steps out of order."""
+    history: list[dict[str, float]] = []
+    if steps:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if len(history) == steps:
+                    break
+                if None in row or None in row.values():
+                    raise ValueError(f"row {len(history) + 1} has the wrong number of fields")
+                history.append({k: float(v) for k, v in row.items() if v != ""})
+                if history[-1].get("step") != len(history):
+                    raise ValueError(f"row {len(history)} is not step {len(history)}")
+    if len(history) < steps:
+        raise ValueError(f"it holds {len(history)} rows")
+    return history
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Warm up, train, and write ``metrics.csv``, ``summary.json``, ``curves.png`` and the
+    checkpoints (module docstring), or continue an interrupted run with ``--resume``."""
+    import jax
+    import numpy as np
+
+    from hyperx.agents.checkpoint import CheckpointManager
     from hyperx.llm import train as rl
     from hyperx.llm.tasks import Task
 
@@ -148,10 +237,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         task = Task(args.task, args.difficulty, reward_type=args.reward)
     except ValueError as err:
         fail(f"--difficulty: {err}")
-    settings = {k: v for k, v in vars(args).items()
-                if k not in ("func", "command", "quiet", "overwrite", "out")}
-    out, _ = prepare_out(args.out, "llm", settings, resume=False, overwrite=args.overwrite,
-                         outputs=OUTPUTS)
+    settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
+    out, manifest = prepare_out(args.out, "llm", settings, resume=args.resume,
+                                overwrite=args.overwrite, outputs=OUTPUTS)
+    if manifest is not None and manifest.get("complete"):
+        print(f"run is complete: {out} holds all {args.steps} steps of this run; nothing to do "
+              "(--overwrite runs it again)")
+        return 0
     config = rl.RLConfig(prompts_per_step=args.prompts, group_size=args.group_size,
                          learning_rate=args.lr, advantage=args.advantage,
                          correction=rl.correction_preset(args.correction),
@@ -161,54 +253,96 @@ def run_from_args(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     train_lm, rollout_lm, params = _build(args, task)
     key = jax.random.key(args.seed)
-    warm_loss = None
-    if args.warmup_steps:
-        params, losses = rl.supervised_warmup(train_lm, params, task, jax.random.fold_in(key, 1),
-                                              steps=args.warmup_steps)
-        warm_loss = float(losses[-1])
-    eval_key = jax.random.fold_in(key, 2)
-    accuracy_before = float(rl.evaluate(train_lm, params, task, eval_key))
     trainer = rl.make_trainer(train_lm, rollout_lm, task, config)
-    bar = None
-    if not args.quiet and args.steps:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=args.steps, desc="hyperx llm", unit="step")
-
+    path = out / "metrics.csv"
     done: list[dict[str, float]] = []
-    stream = open(os.path.join(args.out, "metrics.csv"), "w", newline="")  # noqa: SIM115
-    rows = csv.writer(stream)
     columns: list[str] = []
+    manager = stream = bar = None
 
     def progress(i: int, m: dict[str, float]) -> None:
-        # Each step's row is on disk as soon as the step ends (the file is rewritten whole at
-        # the end, with the union of the keys).
-        if not done:
-            columns.extend(sorted(set(m) - {"step"}))
-            rows.writerow(["step", *columns])
-        done.append(m)
-        rows.writerow([int(m.get("step", 0)), *(m.get(k, "") for k in columns)])
-        stream.flush()
+        # ``step`` and ``tokens_total`` count from the start of the run, not of this chunk;
+        # the running sum adds the same floats in the same order as one ``train`` call.
+        row = {**m, "step": float(len(done) + 1),
+               "tokens_total": (done[-1]["tokens_total"] if done else 0.0) + m["tokens"]}
+        with sigint_held():  # whole rows only
+            if not columns:
+                columns.extend(sorted(set(row) - {"step"}))
+                rows.writerow(["step", *columns])
+            done.append(row)
+            rows.writerow([len(done), *(row.get(k, "") for k in columns)])
+            stream.flush()
         if bar is not None:
             bar.update(1)
             bar.set_postfix(reward=f"{m['reward']:.3f}", kl=f"{m['mismatch_kl']:.2e}",
                             len=f"{m['response_length']:.2f}")
 
     try:
-        state, history = rl.train(trainer, trainer.init(params), jax.random.fold_in(key, 3),
-                                  args.steps, callback=progress, timed=True)
+        manager = CheckpointManager(str(out / "checkpoints"), settings)
+        if manager.latest_step() is None:
+            carry = _warm_start(args, trainer, train_lm, task, params, key)
+            manager.save(0, carry)
+        else:
+            before = ["greedy_accuracy_before"]
+            if args.warmup_steps:
+                before.append("warmup_final_loss")
+            like = _initial_carry(trainer, params, key,
+                                  dict.fromkeys(before, np.zeros((), np.float32)))
+            try:
+                carry = manager.restore_latest(like)
+            except ValueError as err:
+                fail(f"--resume: {err}")
+            try:
+                done.extend(read_metrics(path, int(carry.state.step)))
+            except (OSError, ValueError, csv.Error) as err:
+                fail(f"--resume: {path} does not hold the {int(carry.state.step)} steps of the "
+                     f"checkpoint ({err}); rerun with --overwrite to start again")
+            columns.extend(sorted(set(done[0]) - {"step"}) if done else ())
+        if done:
+            write_metrics(done, path)
+        else:
+            write_atomic(path, "")
+        stream = open(path, "a", newline="")  # noqa: SIM115 (closed in finally)
+        rows = csv.writer(stream)
+        if not args.quiet and len(done) < args.steps:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=args.steps, initial=len(done), desc="hyperx llm", unit="step")
+        while int(carry.state.step) < args.steps:
+            steps = min(args.checkpoint_every, args.steps - int(carry.state.step))
+            step_key = jax.random.wrap_key_data(carry.key)
+            state, _ = rl.train(trainer, carry.state, step_key, steps, callback=progress,
+                                timed=True)
+            carry = carry._replace(state=state, key=jax.random.key_data(
+                rl.advance_key(step_key, steps)))
+            manager.save(int(state.step), carry)
+        _write_outputs(args, out, settings, carry, done, train_lm, task, key, start)
     except KeyboardInterrupt:
-        if bar is not None:
-            bar.close()
-        stream.close()
-        write_metrics(done, os.path.join(args.out, "metrics.csv"))
-        interrupted(f"{len(done)} of {args.steps} steps are in {out / 'metrics.csv'}; there is "
-                    "no --resume (rerun the command to start again)")
+        saved = None if manager is None else manager.latest_step()
+        where = ("no checkpoint yet" if saved is None
+                 else f"the checkpoint of step {saved} is in {out / 'checkpoints'}")
+        interrupted(f"{len(done)} of {args.steps} steps are in {path}; {where}; rerun the same "
+                    "command with --resume to continue")
     finally:
-        stream.close()
-    if bar is not None:
-        bar.close()
-    accuracy_after = float(rl.evaluate(train_lm, state.params, task, eval_key))
+        for resource in (stream, bar, manager):
+            if resource is not None:
+                resource.close()
+    return 0
+
+
+def _write_outputs(args: argparse.Namespace, out: Path, settings: dict[str, Any], carry: Carry,
+                   done: list[dict[str, float]], train_lm: LanguageModel, task: Task,
+                   key: jax.Array, start: float) -> None:
+    """Measure the trained policy, write ``summary.json`` and ``curves.png``, mark the run
+    complete in ``run.json`` and print the one-line result."""
+    import jax
+
+    from hyperx.llm import train as rl
+
+    accuracy_before = float(carry.before["greedy_accuracy_before"])
+    warm_loss = (float(carry.before["warmup_final_loss"]) if "warmup_final_loss" in carry.before
+                 else None)
+    accuracy_after = float(rl.evaluate(train_lm, carry.state.params, task,
+                                       jax.random.fold_in(key, 2)))
     summary = {
         "command": "hyperx llm " + " ".join(_argv(args)),
         "task": args.task, "difficulty": args.difficulty, "reward_type": args.reward,
@@ -218,26 +352,25 @@ def run_from_args(args: argparse.Namespace) -> int:
         "lag": args.lag, "warmup_steps": args.warmup_steps, "warmup_final_loss": warm_loss,
         "greedy_accuracy_before": accuracy_before, "greedy_accuracy_after": accuracy_after,
         "wall_s": time.perf_counter() - start,
-        **summarize(history),
+        **summarize(done),
     }
-    write_metrics(history, os.path.join(args.out, "metrics.csv"))
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    write_manifest(out, "llm", settings, complete=True)
-    if history:
-        plot_curves({args.correction: history}, os.path.join(args.out, "curves.png"),
+    if done:
+        plot_curves({args.correction: done}, os.path.join(args.out, "curves.png"),
                     title=f"{args.task} (difficulty {args.difficulty}), {args.rollout_dtype} "
                           f"sampler, lag {args.lag}")
+    write_manifest(out, "llm", settings, complete=True)
     print(f"hyperx llm: {args.task}, {args.steps} steps, correction {args.correction}, "
           f"advantage {args.advantage}: reward {summary.get('reward_first10', float('nan')):.3f}"
           f" -> {summary.get('reward_last10', float('nan')):.3f}, greedy accuracy "
           f"{accuracy_before:.3f} -> {accuracy_after:.3f}; wrote {args.out}")
-    return 0
 
 
 def _argv(args: argparse.Namespace) -> list[str]:
+    """The options of ``args`` as a command line (``--resume`` left out: it changes no output)."""
     out = []
     for name, value in sorted(vars(args).items()):
-        if name in ("func", "command") or value is None or value is False:
+        if name in ("func", "command", "resume") or value is None or value is False:
             continue
         flag = "--" + name.replace("_", "-")
         out += [flag] if value is True else [flag, str(value)]
@@ -266,14 +399,16 @@ def summarize(history: list[dict[str, float]], window: int = 10) -> dict[str, fl
     return out
 
 
-def write_metrics(history: list[dict[str, float]], path: str) -> None:
-    """One CSV row per step, one column per metric (the union of keys, sorted, step first)."""
+def write_metrics(history: list[dict[str, float]], path: str | Path) -> None:
+    """One CSV row per step, one column per metric (the union of keys, sorted, step first),
+    written atomically (:func:`hyperx._rundir.write_atomic`)."""
     keys = sorted({k for h in history for k in h} - {"step"})
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", *keys])
-        for h in history:
-            writer.writerow([int(h.get("step", 0)), *(h.get(k, "") for k in keys)])
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(["step", *keys])
+    for h in history:
+        writer.writerow([int(h.get("step", 0)), *(h.get(k, "") for k in keys)])
+    write_atomic(Path(path), text.getvalue())
 
 
 def plot_curves(runs: dict[str, list[dict[str, float]]], path: str, *, title: str = "",

@@ -75,9 +75,10 @@ from hyperx.llm.tasks import Task
 from hyperx.llm.transformer import Transformer
 
 __all__ = ["ADVANTAGES", "CORRECTIONS", "Batch", "ObjectiveConfig", "RLConfig", "Rollout",
-           "Scores", "TrainState", "Trainer", "cast_params", "compare", "correction_preset",
-           "evaluate", "group_advantages", "last_token_rewards", "make_optimizer",
-           "make_policy", "make_trainer", "supervised_warmup", "train", "transformer_lms"]
+           "Scores", "TrainState", "Trainer", "advance_key", "cast_params", "compare",
+           "correction_preset", "evaluate", "group_advantages", "last_token_rewards",
+           "make_optimizer", "make_policy", "make_trainer", "supervised_warmup", "train",
+           "transformer_lms"]
 
 ADVANTAGES = ("grpo", "dr_grpo", "rloo", "otb")
 ROUTING_REPLAYS = ("none", "r2", "r3")
@@ -588,6 +589,16 @@ def _schedule_scale(opt_state) -> jax.Array:
         if hasattr(s, "scale") and hasattr(s, "surge"):
             return s.scale
     return jnp.ones((), jnp.float32)
+
+
+def advance_key(key: jax.Array, steps: int) -> jax.Array:
+    """The key :func:`train` holds after ``steps`` steps from ``key`` (it splits the key once
+    per step and samples with the second half), so ``train(t, s, key, a)`` returning ``s2``,
+    then ``train(t, s2, advance_key(key, a), b)``, runs the steps of ``train(t, s, key, a + b)``."""
+    check_int("steps", steps, low=0)
+    for _ in range(steps):
+        key, _ = jax.random.split(key)
+    return key
 
 
 def train(trainer: Trainer, state: TrainState, key: jax.Array, steps: int, *,

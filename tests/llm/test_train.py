@@ -9,6 +9,7 @@ from hyperx.llm.tasks import Task
 from hyperx.llm.train import (
     ADVANTAGES,
     RLConfig,
+    advance_key,
     correction_preset,
     evaluate,
     group_advantages,
@@ -123,13 +124,13 @@ def test_float32_rollout_is_exact_until_lag_makes_it_stale(warm, fp32_trainer):
 
 
 def test_training_in_chunks_keeps_the_stale_sampler(warm, fp32_trainer):
-    """lag = 1 across two ``train`` calls: the second call's first step samples with the
-    parameters one update behind (carried in ``state.lagged``), exactly as one call of 2 steps."""
+    """lag = 1 across two ``train`` calls: the second call's first step (its key from
+    ``advance_key``) samples with the parameters one update behind (carried in
+    ``state.lagged``), exactly as one call of 2 steps."""
     params = warm[0]
     state, first = train(fp32_trainer, fp32_trainer.init(params), jax.random.key(3), 1)
     assert len(state.lagged) == 1
-    key = jax.random.split(jax.random.key(3))[0]
-    _, second = train(fp32_trainer, state, key, 1)
+    _, second = train(fp32_trainer, state, advance_key(jax.random.key(3), 1), 1)
     _, whole = train(fp32_trainer, fp32_trainer.init(params), jax.random.key(3), 2)
     assert second[0]["k3_kl"] > 1e-4   # stale, not a fresh sampler
     np.testing.assert_allclose(second[0]["k3_kl"], whole[1]["k3_kl"], rtol=1e-5)

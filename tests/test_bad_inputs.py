@@ -287,6 +287,24 @@ PYTHON_CASES += [
          rollout_topk_log_probs=jnp.log(jnp.full((1, 1, 2), 0.4)),
          rollout_topk_ids=jnp.array([[[1, 9]]], jnp.int32), train_logits=jnp.zeros((1, 1, 5))),
      "rollout_topk_ids: expected integers in [0, 4], got 9"),
+    ("exact_ts learner update arm=7 of 4",
+     lambda: _learner_update(_bandits()[0].exact_ts(), 1.0, arm=7),
+     "arm: expected integers in [0, 3], got 7"),
+    ("exact_ts learner update arm=-1",
+     lambda: _learner_update(_bandits()[0].exact_ts(), 1.0, arm=-1),
+     "arm: expected integers in [0, 3], got -1"),
+    ("ensemble_pp learner update_batch arms with 4 of 4",
+     lambda: (lambda lrn: lrn.update_batch(
+         lrn.init(jax.random.PRNGKey(0), __import__("hyperx.bandits.base", fromlist=["x"])
+                  .BanditSpec(4, 3, 10)), jax.random.PRNGKey(1), jnp.ones((2, 3)),
+         jnp.array([0, 4], jnp.int32), jnp.ones(2)))(_bandits()[0].ensemble_pp(4)),
+     "arms: expected integers in [0, 3], got 4"),
+    ("linucb (fixed arms) update arm=4 of 4",
+     lambda: (lambda lrn: lrn.update(
+         lrn.init(jax.random.PRNGKey(0), __import__("hyperx.bandits.base", fromlist=["x"])
+                  .BanditSpec(4, 3, 10, True, jnp.eye(4, 3))), jax.random.PRNGKey(1),
+         jnp.ones(3), jnp.int32(4), jnp.float32(1.0)))(_bandits()[0].linucb()),
+     "arm: expected integers in [0, 3], got 4"),
     # misuse of the corrections
     ("rollout_correction(log-probs > 0)",
      lambda: _correction("token_tis", old_log_prob=jnp.array([[-1.0, 0.7]])),
@@ -377,6 +395,25 @@ def test_checked_mode_reports_a_nan_inside_jit():
     unchecked = ensemble_pp(3, 4, noise_std=1.0)
     out = jax.jit(unchecked.update)(state, jax.random.PRNGKey(1), jnp.ones(3), jnp.float32(NAN))
     assert np.isnan(np.asarray(out.mu)).all()
+
+
+def test_checked_mode_reports_an_arm_out_of_range_inside_jit():
+    """exact_ts(checked=True) under hyperx.checked names an out-of-range traced arm; the
+    default learner does not check traced arms (the arm does not enter its posterior)."""
+    from hyperx import checked
+    from hyperx.bandits import exact_ts
+    from hyperx.bandits.base import BanditSpec
+
+    for arm in (4, -1):
+        learner = exact_ts(checked=True)
+        state = learner.init(jax.random.PRNGKey(0), BanditSpec(4, 3, 10))
+        err, _ = checked(jax.jit(learner.update))(state, jax.random.PRNGKey(1), jnp.ones(3),
+                                                  jnp.int32(arm), jnp.float32(1.0))
+        with pytest.raises(Exception, match=r"arm: expected integers in \[0, 3\]"):
+            err.throw()
+    err, _ = checked(jax.jit(learner.update))(state, jax.random.PRNGKey(1), jnp.ones(3),
+                                              jnp.int32(3), jnp.float32(1.0))
+    err.throw()
 
 
 def test_the_table_covers_the_issue():

@@ -26,14 +26,21 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from hyperx import linear
-from hyperx._validation import check_choice, check_positive, check_shape
+from hyperx._validation import (
+    check_choice,
+    check_flag,
+    check_index,
+    check_int,
+    check_positive,
+    check_shape,
+)
 from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak
 from hyperx.index import INDEX_NAMES
 
@@ -43,48 +50,83 @@ PRIOR_VAR = 10.0
 NOISE_STD = 1.0
 
 
-def _posterior_learner(make_model, *, noise_std: float, prior_var: float) -> Learner:
-    """A sampling learner over a :class:`hyperx.linear.LinearModel` built once d is known."""
+class PosteriorLearnerState(NamedTuple):
+    """State of :func:`exact_ts` and :func:`ensemble_pp`.
+
+    Attributes:
+      posterior: the model's state (:class:`hyperx.linear.ExactPosteriorState` or
+        :class:`hyperx.linear.EnsemblePPState`).
+      arms: an empty (K, 0) array: its static shape carries the number of arms K, so that
+        ``update`` can check the arm index at no cost.
+    """
+
+    posterior: Any
+    arms: Array
+
+
+def _posterior_learner(make_model, *, noise_std: float, prior_var: float,
+                       checked: bool) -> Learner:
+    """A sampling learner over a :class:`hyperx.linear.LinearModel` built once d is known.
+
+    An arm index outside [0, K) given from the host raises ``ValueError`` naming ``arm``
+    (``arms`` in ``update_batch``); inside ``jit`` it is checked only with ``checked=True``
+    (run under :func:`hyperx.checked`), like the model's NaN / inf checks.
+    """
     check_positive("noise_std", noise_std)
     check_positive("prior_var", prior_var)
+    check_flag("checked", checked)
     model = functools.lru_cache(maxsize=8)(make_model)
 
-    def init(key: Array, spec: BanditSpec):
-        return model(spec.context_dim).init(key)
+    def init(key: Array, spec: BanditSpec) -> PosteriorLearnerState:
+        check_int("spec.num_arms", spec.num_arms)
+        return PosteriorLearnerState(model(spec.context_dim).init(key),
+                                     jnp.zeros((spec.num_arms, 0), jnp.float32))
 
-    def act(state, key: Array, contexts: Array) -> Array:
-        dim = state.mu.shape[0]
+    def act(state: PosteriorLearnerState, key: Array, contexts: Array) -> Array:
+        dim = state.posterior.mu.shape[0]
         check_shape("contexts", contexts, (None, dim), "(K, d)")
         k_sample, k_tie = jax.random.split(key)
-        theta = model(dim).sample(state, k_sample)
+        theta = model(dim).sample(state.posterior, k_sample)
         return argmax_random_tiebreak(k_tie, contexts @ theta)
 
-    def update(state, key: Array, context: Array, arm: Array, reward: Array):
-        del arm
-        return model(state.mu.shape[0]).update(state, key, context, reward)
+    def update(state: PosteriorLearnerState, key: Array, context: Array, arm: Array,
+               reward: Array) -> PosteriorLearnerState:
+        check_index("arm", arm, state.arms.shape[0], checked=checked)
+        post = model(state.posterior.mu.shape[0]).update(state.posterior, key, context, reward)
+        return state._replace(posterior=post)
 
-    def update_batch(state, key: Array, contexts: Array, arms: Array, rewards: Array):
-        del arms
-        return model(state.mu.shape[0]).update_batch(state, key, contexts, rewards)
+    def update_batch(state: PosteriorLearnerState, key: Array, contexts: Array, arms: Array,
+                     rewards: Array) -> PosteriorLearnerState:
+        check_index("arms", arms, state.arms.shape[0], checked=checked)
+        post = model(state.posterior.mu.shape[0]).update_batch(state.posterior, key, contexts,
+                                                                rewards)
+        return state._replace(posterior=post)
 
     return Learner(init, act, update, update_batch)
 
 
-def exact_ts(*, noise_std: float = NOISE_STD, prior_var: float = PRIOR_VAR) -> Learner:
+def exact_ts(*, noise_std: float = NOISE_STD, prior_var: float = PRIOR_VAR,
+             checked: bool = False) -> Learner:
     """Exact linear Thompson sampling: theta~ ~ N(mu_t, Sigma_t), play argmax_k x_k^T theta~.
 
     The posterior is :func:`hyperx.linear.exact_posterior` (state
     :class:`hyperx.linear.ExactPosteriorState`). Per round: sampling O(d^2) (theta~ = mu + S z
     with the maintained square root S), scoring O(Kd), update O(d^2); ``update_batch`` of B
     observations O(B d^2). Russo & Van Roy's game is the default prior N(0, 10 I), sigma = 1.
+    State: :class:`PosteriorLearnerState`.
+
+    An arm index outside [0, K) or a NaN / inf context or reward given from the host raises
+    ``ValueError`` naming it; inside ``jit`` they are checked only with ``checked=True`` (run
+    the jitted code under :func:`hyperx.checked`).
     """
     return _posterior_learner(
-        lambda dim: linear.exact_posterior(dim, noise_std=noise_std, prior_var=prior_var),
-        noise_std=noise_std, prior_var=prior_var)
+        lambda dim: linear.exact_posterior(dim, noise_std=noise_std, prior_var=prior_var,
+                                           checked=checked),
+        noise_std=noise_std, prior_var=prior_var, checked=checked)
 
 
 def ensemble_pp(index_dim: int = 16, *, index: str = "gaussian", noise_std: float = NOISE_STD,
-                prior_var: float = PRIOR_VAR) -> Learner:
+                prior_var: float = PRIOR_VAR, checked: bool = False) -> Learner:
     """Linear Ensemble++ (Li et al., *Scalable Exploration via Ensemble++*, arXiv:2407.13195).
 
     Keeps mu_t, Sigma_t and a factor A_t (d, M) with E[A_t A_t^T] = Sigma_t
@@ -97,14 +139,18 @@ def ensemble_pp(index_dim: int = 16, *, index: str = "gaussian", noise_std: floa
       index_dim: M >= 1, the width of the factor A.
       index: an index family of :data:`hyperx.index.INDEX_NAMES`.
       noise_std, prior_var: the model's sigma and prior variance.
+      checked: also check traced arm indices, contexts and rewards inside ``jit`` (run the
+        jitted code under :func:`hyperx.checked`); host values are always checked.
+
+    State: :class:`PosteriorLearnerState`.
     """
     if isinstance(index_dim, bool) or not isinstance(index_dim, int) or index_dim <= 0:
         raise ValueError(f"index_dim: expected a positive int (M >= 1), got {index_dim!r}")
     check_choice("index", index, INDEX_NAMES)
     return _posterior_learner(
         lambda dim: linear.ensemble_pp(dim, index_dim, noise_std=noise_std, prior_var=prior_var,
-                                       index=index),
-        noise_std=noise_std, prior_var=prior_var)
+                                       index=index, checked=checked),
+        noise_std=noise_std, prior_var=prior_var, checked=checked)
 
 
 class LinUCBState(NamedTuple):
@@ -127,7 +173,7 @@ class LinUCBState(NamedTuple):
 
 def linucb(alpha: float | None = None, *, confidence: str = "fixed", delta: float = 0.05,
            theta_norm: float | None = None, noise_std: float = NOISE_STD,
-           prior_var: float = PRIOR_VAR) -> Learner:
+           prior_var: float = PRIOR_VAR, checked: bool = False) -> Learner:
     """LinUCB: play argmax_k x_k^T mu_t + beta_t sqrt(x_k^T Sigma_t x_k).
 
     ``confidence="fixed"``: beta_t = alpha (Li et al., *A Contextual-Bandit Approach to
@@ -152,10 +198,15 @@ def linucb(alpha: float | None = None, *, confidence: str = "fixed", delta: floa
     arms each round, or no ``arms`` in the spec) they are computed directly, O(K d^2) per round.
     ``update_batch`` is the Woodbury block update (G = X_B Sigma X_B^T + sigma^2 I = L L^T,
     Z = L^{-1} X_B Sigma X^T: C <- C - Z^T L^{-1} X_B Sigma, w <- w - sum_b Z_b^2; O(KdB)).
+
+    With fixed arms, an arm index outside [0, K) given from the host raises ``ValueError``
+    naming ``arm``, as does a NaN / inf context or reward; inside ``jit`` they are checked only
+    with ``checked=True`` (run the jitted code under :func:`hyperx.checked`).
     """
     check_choice("confidence", confidence, ("fixed", "abbasi_yadkori"))
     check_positive("noise_std", noise_std)
     check_positive("prior_var", prior_var)
+    check_flag("checked", checked)
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta: expected a probability in (0, 1), got {delta}")
     if alpha is None:
@@ -200,10 +251,11 @@ def linucb(alpha: float | None = None, *, confidence: str = "fixed", delta: floa
                reward: Array) -> LinUCBState:
         del key
         mu, sigma = linear.gaussian_update(state.mu, state.sigma, context, reward,
-                                           noise_std=noise_std)
+                                           noise_std=noise_std, checked=checked)
         x = jnp.asarray(context, jnp.float32)
         arm_cov, widths = state.arm_cov, state.widths
         if widths.shape[0]:
+            check_index("arm", arm, widths.shape[0], checked=checked)
             v = arm_cov[arm]
             a = noise_var + x @ v
             cx = arm_cov @ x

@@ -71,6 +71,8 @@ from hyperx.bandits.registry import (
 
 ENV_ALIASES = {"linear": "russo"}
 CSV_COLUMNS = ("agent", "config", "seed", "t", "regret")
+TIMING_KEYS = ("wall_time_s", "compile_time_s", "run_time_s", "seed_rounds", "group_size")
+"""The timings each part's JSON holds (summed over parts; ``group_size``: the largest)."""
 OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png")
 SETTINGS = ("env", "dim", "arms", "steps", "seeds", "seed", "agents", "update_every", "points",
             "seeds_per_part")
@@ -220,19 +222,65 @@ def _write_part(path: Path, name: str, config: str, start: int, t: np.ndarray,
     write_atomic(path, text.getvalue())
 
 
-def _copy_parts(paths: list[Path], writer: Any, num_points: int
-                ) -> tuple[np.ndarray, dict[str, float]]:
-    """Copy one agent's parts' rows to ``writer`` part by part (never all rows in memory);
-    returns the (S, C) regret and the summed timings."""
+def _read_part(path: Path, name: str, config: str, start: int, stop: int,
+               checkpoints: np.ndarray) -> tuple[list[list[str]], np.ndarray, dict[str, float]]:
+    """The rows, (S, C) regret and timings of one part, checked against what it must hold.
+
+    A part cut mid-row, with rows missing, extra or out of order, or without its timing file,
+    exits with one line naming the file (and the line) and how to recompute it.
+    """
+    fix = "delete it and rerun the same command with --resume to recompute it"
+    num = checkpoints.size
+    with open(path, newline="") as f:
+        text = f.read()
+    rows = list(csv.reader(io.StringIO(text)))
+    if text and not text.endswith("\n"):
+        fail(f"{path}: line {len(rows)} is cut (the file ends inside it); {fix}")
+    if not rows or tuple(rows[0]) != CSV_COLUMNS:
+        fail(f"{path}: expected the header {','.join(CSV_COLUMNS)}, got "
+             f"{','.join(rows[0]) if rows else 'an empty file'}; {fix}")
+    rows = rows[1:]
+    regret = np.empty((stop - start, num))
+    expected = zip(rows, np.ndindex(regret.shape), strict=False)  # the count is checked below
+    for number, (row, (s, c)) in enumerate(expected, start=2):
+        try:
+            ok = (len(row) == len(CSV_COLUMNS) and tuple(row[:2]) == (name, config)
+                  and int(row[2]) == start + s and int(row[3]) == checkpoints[c])
+            regret[s, c] = float(row[4]) if ok else 0.0
+        except ValueError:
+            ok = False
+        if not ok:
+            fail(f"{path}: line {number} is not the row {name},{config},{start + s},"
+                 f"{checkpoints[c]},<regret> (cut or damaged), got {','.join(row)!r}; {fix}")
+    if len(rows) != regret.size:
+        fail(f"{path}: expected {regret.size} rows ({stop - start} seeds x {num} checkpoints), "
+             f"got {len(rows)}; {fix}")
+    timing_path = path.with_suffix(".json")
+    try:
+        timing = json.loads(timing_path.read_text())
+    except (OSError, ValueError) as err:
+        fail(f"{timing_path}: the timings of {path.name} are missing or damaged "
+             f"({type(err).__name__}); delete {path.name} and rerun the same command with "
+             "--resume to recompute it")
+    if not isinstance(timing, dict) or not all(
+            isinstance(timing.get(key), int | float) for key in TIMING_KEYS):
+        fail(f"{timing_path}: expected a JSON object with {', '.join(TIMING_KEYS)}; delete "
+             f"{path.name} and rerun the same command with --resume to recompute it")
+    return rows, regret, timing
+
+
+def _copy_parts(parts: list[tuple[Path, int, int]], name: str, config: str, writer: Any,
+                checkpoints: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """Copy one agent's parts' rows (each checked by :func:`_read_part`) to ``writer`` part by
+    part (never all rows in memory); returns the (S, C) regret and the summed timings."""
     regret: list[np.ndarray] = []
     timing: dict[str, float] = {}
-    for path in paths:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))[1:]
+    for path, start, stop in parts:
+        rows, values, times = _read_part(path, name, config, start, stop, checkpoints)
         writer.writerows(rows)
-        regret.append(np.array([float(r[4]) for r in rows]).reshape(-1, num_points))
-        for key, value in json.loads(path.with_suffix(".json").read_text()).items():
-            timing[key] = (max if key == "group_size" else sum)((timing.get(key, 0), value))
+        regret.append(values)
+        for key in TIMING_KEYS:
+            timing[key] = (max if key == "group_size" else sum)((timing.get(key, 0), times[key]))
     return np.concatenate(regret), timing
 
 
@@ -263,6 +311,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     blocks = [(i, start, min(start + args.seeds_per_part, args.seeds))
               for i in range(len(agents)) for start in range(0, args.seeds, args.seeds_per_part)]
     todo = [b for b in blocks if not _part_path(out, *b).exists()]
+    for i, start, stop in blocks:  # a damaged part is reported before any work
+        if (i, start, stop) not in todo:
+            _read_part(_part_path(out, i, start, stop), *agents[i][:2], start, stop, checkpoints)
     try:
         for i, start, stop in _progress(todo, args.quiet):
             name, config, _, learner = agents[i]
@@ -306,23 +357,27 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
     }
     curves: dict[str, np.ndarray] = {}
     tmp = out / ".regret.csv.tmp"
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_COLUMNS)
-        for i, (name, config, options, _) in enumerate(agents):
-            regret, timing = _copy_parts([_part_path(out, *b) for b in blocks if b[0] == i],
-                                         writer, checkpoints.size)
-            label = f"{name}:{config}" if config else name
-            curves[label] = regret
-            run_time = timing["run_time_s"]
-            summary["agents"][label] = {
-                "agent": name, "config": options, "final_regret": interval95(regret[:, -1]),
-                "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
-                "run_time_s": run_time,
-                "steps_per_s": args.steps * len(blocks) / len(agents) / run_time,
-                "seed_steps_per_s": timing["seed_rounds"] / run_time,
-                "group_size": int(timing["group_size"]),
-            }
+    try:  # a damaged part exits here: leave no temporary file behind
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(CSV_COLUMNS)
+            for i, (name, config, options, _) in enumerate(agents):
+                parts = [(_part_path(out, *b), b[1], b[2]) for b in blocks if b[0] == i]
+                regret, timing = _copy_parts(parts, name, config, writer, checkpoints)
+                label = f"{name}:{config}" if config else name
+                curves[label] = regret
+                run_time = timing["run_time_s"]
+                summary["agents"][label] = {
+                    "agent": name, "config": options, "final_regret": interval95(regret[:, -1]),
+                    "wall_time_s": timing["wall_time_s"],
+                    "compile_time_s": timing["compile_time_s"], "run_time_s": run_time,
+                    "steps_per_s": args.steps * len(blocks) / len(agents) / run_time,
+                    "seed_steps_per_s": timing["seed_rounds"] / run_time,
+                    "group_size": int(timing["group_size"]),
+                }
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(out / "regret.csv")
     write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     plot_regret(checkpoints, curves, out / "regret.png",

@@ -121,3 +121,38 @@ def test_a_different_run_names_the_option_in_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"seed: 0 \(saved\) vs 1 \(now\)") as info:
         other.restore_latest({"x": np.zeros(2, np.int32)})
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("damage", ["all steps", "latest step"])
+def test_deepsea_resume_past_damaged_checkpoints_ends_with_its_message_only(tmp_path, damage):
+    """``hyperx deepsea --resume`` with no intact checkpoint exits 2 with its one-line error,
+    and after a fallback past a damaged step finishes normally; neither is followed by a
+    traceback (such as asyncio's "Event loop is closed" from an orbax manager left open)."""
+    import json
+
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "hyperx.cli", "deepsea", "--size", "4", "--episodes", "6",
+            "--seeds", "1", "--chunk-steps", "8", "--agent", "dqn", "--checkpoint", "--quiet",
+            "--out", str(out)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**manifest, "complete": False}))
+    steps = sorted((out / "checkpoints").iterdir(), key=lambda p: int(p.name))
+    assert len(steps) == 2
+    for step in steps if damage == "all steps" else steps[-1:]:
+        path = _largest_file(step / "carry")
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    proc = subprocess.run([*argv, "--resume"], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert "Traceback" not in proc.stderr and "Event loop is closed" not in proc.stderr, (
+        proc.stderr[-3000:])
+    if damage == "all steps":
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+        assert "no intact checkpoint" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert f"resuming from step {steps[0].name}" in proc.stderr

@@ -133,11 +133,11 @@ def test_ensemble_pp_batch_update_matches_sequential_posterior():
         seq = learner.update(seq, jax.random.PRNGKey(i), xs[i], jnp.int32(i), rs[i])
     batch = learner.update_batch(learner.init(KEY, spec), KEY, xs, jnp.arange(6), rs)
     # mu and Sigma are deterministic: Woodbury equals the six Kalman steps.
-    np.testing.assert_allclose(batch.mu, seq.mu, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(batch.sigma, seq.sigma, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batch.posterior.mu, seq.posterior.mu, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batch.posterior.sigma, seq.posterior.sigma, rtol=1e-4, atol=1e-5)
     x = np.asarray(xs, np.float64)
     cov = np.linalg.inv(np.eye(3) / 10.0 + x.T @ x)
-    np.testing.assert_allclose(seq.mu, cov @ x.T @ np.asarray(rs), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(seq.posterior.mu, cov @ x.T @ np.asarray(rs), rtol=1e-4, atol=1e-5)
 
 
 def test_sampling_learners_tie_break_at_random_and_check_shapes():

@@ -142,3 +142,43 @@ def test_list_agents_prints_every_learner_with_its_defaults(capsys):
     assert exc.value.code == 0
     printed = capsys.readouterr().out
     assert all(name in printed for name in LEARNERS) and "M=16" in printed
+
+
+def test_damaged_part_is_reported_on_resume_with_file_line_and_fix(tmp_path, capsys):
+    """A finished run whose part was cut mid-row (by a kill or a full disk outside our atomic
+    writes), lost one seed's rows or its timing file: --resume exits 2 with one line naming
+    the file (and the line) and saying how to recompute it, before any work and without
+    leaving a temporary file; deleting the part and resuming again rebuilds the same outputs."""
+    import shutil
+
+    full = _run(tmp_path, "full", "--seeds-per-part", "2")
+    part = full / "parts" / "agent00_seeds000000000-000000001.csv"
+    text = part.read_text()
+    lines = text.splitlines(keepends=True)
+    damages = {
+        "cut": ("line 21 is cut", lambda p: p.write_text(text[:len(text) // 2])),
+        "cut in the last number": ("line 41 is cut", lambda p: p.write_text(text[:-4])),
+        "one seed's rows removed": ("expected 40 rows (2 seeds x 20 checkpoints), got 20",
+                                    lambda p: p.write_text("".join(lines[:21]))),
+        "a row cut short": ("line 3 is not the row exact_ts,,0,2,<regret>",
+                            lambda p: p.write_text("".join(
+                                [*lines[:2], "exact_ts,,0\r\n", *lines[3:]]))),
+        "timings deleted": ("agent00_seeds000000000-000000001.json: the timings",
+                            lambda p: p.with_suffix(".json").unlink()),
+    }
+    argv = [*TINY, "--seeds-per-part", "2", "--resume"]
+    for name, (needle, damage) in damages.items():
+        out = tmp_path / name.replace(" ", "_").replace("'", "")
+        shutil.copytree(full, out)
+        damage(out / "parts" / part.name)
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            sweep.main([*argv, "--out", str(out)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2, name
+        assert len(err.strip().splitlines()) == 1 and needle in err, (name, err)
+        assert str(out / "parts" / part.stem) in err and "--resume" in err, err
+        assert not list(out.glob(".*.tmp")), name
+    (out / "parts" / part.name).unlink()
+    assert sweep.main([*argv, "--out", str(out)]) == 0
+    assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()

@@ -445,11 +445,7 @@ def train_atari(
             "sticky_actions": sticky_actions,
             **({"chunk": every} if every != eval_iters else {}),
             **({"eval_at_start": True} if eval_at_start else {})})
-        try:
-            restored = manager.restore_latest(carry)
-        except BaseException:  # e.g. no intact checkpoint: release orbax's threads before exit
-            manager.close()
-            raise
+        restored = manager.restore_latest(carry)
         if restored is not carry:
             carry = _resumed(restored, first_obs)
             if devices is not None:

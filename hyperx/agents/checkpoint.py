@@ -78,7 +78,16 @@ class CheckpointManager:
 
     def restore_latest(self, like: Any) -> Any:
         """The newest intact saved carry in the structure of ``like``, or ``like`` when the
-        directory holds no checkpoint (module docstring: integrity and fallback)."""
+        directory holds no checkpoint (module docstring: integrity and fallback). When it
+        raises (another run's directory, no intact checkpoint), the manager is closed first, so
+        orbax's threads do not outlive the error."""
+        try:
+            return self._restore_latest(like)
+        except BaseException:
+            self.close()
+            raise
+
+    def _restore_latest(self, like: Any) -> Any:
         steps = sorted(self._manager.all_steps(), reverse=True)
         abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), like)
         failures = []

@@ -274,11 +274,7 @@ def train_deepsea(
                 "num_episodes": num_episodes, "num_seeds": num_seeds, "seed": seed,
                 "mapping_seeds": repr(mapping_seeds), "chunk_steps": chunk}
         manager = CheckpointManager(checkpoint_dir, meta)
-        try:
-            carry = manager.restore_latest(carry)
-        except BaseException:  # e.g. no intact checkpoint: release orbax's threads before exit
-            manager.close()
-            raise
+        carry = manager.restore_latest(carry)
         if devices is not None:
             carry = _place(carry, devices)
     bar = None

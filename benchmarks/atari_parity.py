@@ -301,11 +301,22 @@ def baselines(game: str, args: argparse.Namespace) -> None:
         json.dump(out, f, indent=1)
 
 
+def groups(args: argparse.Namespace) -> list[tuple[int, int]]:
+    """(first seed, seed count) of each program: ``--only-seeds`` one by one, else seeds
+    ``0 .. --seeds - 1`` in programs of ``--seeds-per-program``."""
+    if args.only_seeds is not None:
+        return [(s, 1) for s in args.only_seeds]
+    return [(first, args.seeds_per_program)
+            for first in range(0, args.seeds, args.seeds_per_program)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--games", nargs="+", default=["Alien"])
     parser.add_argument("--agents", nargs="+", default=["hyperagent"], choices=AGENTS)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--only-seeds", type=int, nargs="+", default=None,
+                        help="run just these seed numbers (one per program), e.g. 2 3 7")
     parser.add_argument("--seeds-per-program", type=int, default=1,
                         help="seeds vmapped in one program (CPU: 1; GPU: all)")
     parser.add_argument("--steps", type=int, default=40_000, help="agent steps per seed")
@@ -326,12 +337,15 @@ def main() -> None:
     if args.seeds % args.seeds_per_program:
         parser.error(f"--seeds-per-program: expected a divisor of --seeds = {args.seeds}, "
                      f"got {args.seeds_per_program}")
+    if args.only_seeds is not None and (args.seeds_per_program != 1 or min(args.only_seeds) < 0):
+        parser.error(f"--only-seeds: expected seed numbers >= 0 with --seeds-per-program 1, got "
+                     f"{args.only_seeds} with {args.seeds_per_program}")
     if not args.summarise_only:
         for game in args.games:
             baselines(game, args)
             for agent in args.agents:
-                for first in range(0, args.seeds, args.seeds_per_program):
-                    run_group(game, agent, first, args.seeds_per_program, args)
+                for first, count in groups(args):
+                    run_group(game, agent, first, count, args)
                     summarise(args)
     summary = summarise(args)
     for game, entry in summary["games"].items():

@@ -81,8 +81,7 @@ from pathlib import Path
 import jax
 import numpy as np
 from atari_parity import t_interval
-from llm_common import RESULTS, SETUP
-from llm_reference import held_out
+from llm_common import RESULTS, SETUP, held_out
 
 from hyperx.llm.moe import MoEConfig
 from hyperx.llm.tasks import Task

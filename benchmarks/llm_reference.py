@@ -35,18 +35,11 @@ from pathlib import Path
 import jax
 import numpy as np
 from atari_parity import t_interval
-from llm_common import RESULTS, SETUP
+from llm_common import RESULTS, SETUP, STUDIES, held_out
+from llm_common import warm_start as study_warm_start
 
 from hyperx.llm.tasks import Task
-from hyperx.llm.train import (
-    RLConfig,
-    evaluate,
-    make_policy,
-    make_trainer,
-    supervised_warmup,
-    train,
-    transformer_lms,
-)
+from hyperx.llm.train import RLConfig, make_trainer, train, transformer_lms
 
 CANDIDATES = {
     "before": dict(prompts_per_step=16, learning_rate=1e-3),
@@ -66,27 +59,12 @@ def config(name: str) -> RLConfig:
     return RLConfig(group_size=8, rollout_dtype="float32", **CANDIDATES[name])
 
 
-def held_out(lm, params, task: Task, prompts: int) -> dict[str, float]:
-    """Greedy and sampled (temperature 1) mean reward on the fixed held-out prompts."""
-    key = jax.random.key(999)
-    return {"greedy": float(evaluate(lm, params, task, key, prompts)),
-            "sampled": float(evaluate(lm, params, task, key, prompts, greedy=False))}
-
-
 def warm_start(warmup_steps: int, eval_prompts: int):
     """The benchmark task, its float32 LM and the weak supervised warm start (``warmup_steps``
     steps from the fixed initialisation) with its held-out rewards."""
-    task = Task(SETUP["task"], SETUP["difficulty"], reward_type=SETUP["reward_type"])
-    module, params = make_policy(task, d_model=SETUP["d_model"],
-                                 num_layers=SETUP["num_layers"], num_heads=SETUP["num_heads"])
-    lm = transformer_lms(module, "float32")[0]
-    params, losses = supervised_warmup(lm, params, task, jax.random.key(1), steps=warmup_steps,
-                                       batch_size=SETUP["warmup_batch"],
-                                       learning_rate=SETUP["warmup_lr"])
-    warm = {"steps": warmup_steps, "final_loss": float(losses[-1]),
-            **held_out(lm, params, task, eval_prompts)}
-    print(f"warm start: {warm}", flush=True)
-    return task, lm, params, warm
+    task, module, params, warm = study_warm_start(
+        {**STUDIES["addition"], "warmup_steps": warmup_steps, "eval_prompts": eval_prompts})
+    return task, transformer_lms(module, "float32")[0], params, warm
 
 
 def run(name: str, seeds: list[int], lm, params, task: Task, args) -> dict:

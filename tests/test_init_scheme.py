@@ -1,4 +1,4 @@
-"""The HyperAgent reference code's initialisation (``init_scheme="reference"``, issue 14)."""
+"""The HyperAgent reference code's initialisation (``init_scheme="reference"``)."""
 
 from __future__ import annotations
 

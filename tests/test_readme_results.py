@@ -1,4 +1,4 @@
-"""The README's DeepSea, bandit and Atari figures equal the files in benchmarks/results/ (issue 14).
+"""The README's DeepSea, bandit and Atari figures equal the files in benchmarks/results/.
 
 Each expected phrase is formatted here from a results file and must appear in README.md
 (whitespace normalised), so a change that moves a result cannot leave the README stale. DeepSea

@@ -1,4 +1,4 @@
-"""The agent as others drive it (issue 14): donation, the key schedule, budgets, bsuite."""
+"""The agent as others drive it: donation, the key schedule, budgets, bsuite."""
 
 from __future__ import annotations
 

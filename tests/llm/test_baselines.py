@@ -294,7 +294,7 @@ def test_bad_shapes_raise_naming_the_argument():
         )
 
 
-# --- issue 12 items 1, 7, 8 and issue 13 item 8 -------------------------------------------
+# --- regressions: one valid response, verl's tool masks, float64 inputs, NaN scores ------
 
 
 @pytest.fixture
@@ -305,7 +305,7 @@ def x64():
 
 @pytest.mark.parametrize("zero_tail", [True, False])
 def test_lone_valid_response_keeps_its_return(zero_tail):
-    # Item 1: with zero_tail=False a group with one valid response got a baseline equal to its
+    # Regression: with zero_tail=False a group with one valid response got a baseline equal to its
     # own return (advantage 0); the docs and verl (singleton group) give it its return.
     rewards = np.zeros((1, 2, 3), np.float32)
     rewards[0, 0, 2] = 1.0
@@ -327,7 +327,7 @@ def test_zero_tail_false_keeps_the_baseline_in_the_tail():
 
 
 def test_multi_turn_otb_aligns_by_valid_token_rank():
-    # Item 7 (verl's tir_optimal_token_baseline). Response A: mask [1, 0, 1, 1] (a tool response
+    # verl's tir_optimal_token_baseline. Response A: mask [1, 0, 1, 1] (a tool response
     # at position 1), reward 1 on its last token; B: mask [1, 1, 0, 0], reward 0; proxy w = 1.
     # Ranks of valid tokens: A -> positions 0, 2, 3; B -> positions 0, 1.
     # W: A = 1, 2, 3 at ranks 0, 1, 2; B = 1, 2. G: A = 1, B = 0.
@@ -361,7 +361,7 @@ def _np_otb(rewards, mask, proxy):
 
 
 def test_float64_baselines_match_numpy(x64):
-    # Item 8: every baseline computed and returned float32.
+    # Regression: every baseline computed and returned float32.
     rng = np.random.default_rng(3)
     mask = (np.arange(5)[None, None] < rng.integers(1, 6, (2, 3))[..., None]).astype(np.float64)
     rewards = rng.standard_normal((2, 3, 5))
@@ -393,7 +393,7 @@ def test_float64_baselines_match_numpy(x64):
 
 
 def test_non_finite_grpo_score_is_an_error():
-    # Issue 13 item 8: one NaN score made its whole group NaN, silently.
+    # Regression: one NaN score made its whole group NaN, silently.
     scores = np.array([[1.0, np.nan, 0.0]], np.float32)
     mask = np.ones((1, 3, 2), np.float32)
     with pytest.raises(ValueError, match=r"^scores: expected finite values"):

@@ -137,7 +137,7 @@ def _expected_stat(statistic, level, row):
 @pytest.mark.parametrize("level", ["token", "seq_sum", "seq_mean", "seq_max", "seq_min"])
 def test_bounds_on_both_sides(statistic, level):
     # A statistic above its on-policy value (ratio 1, k = 0) is tested against upper bounds, one
-    # below it against lower bounds; bounds that would reject rho = 1 are refused (item 5).
+    # below it against lower bounds; bounds that would reject rho = 1 are refused.
     ideal = 1.0 if statistic == "ratio" else 0.0
     log_rho, mask = jnp.asarray(_LOG_RHO), jnp.asarray(_MASK)
     sides = set()
@@ -146,7 +146,7 @@ def test_bounds_on_both_sides(statistic, level):
         eps = 1e-3 * max(abs(s), 1.0)
 
         def kept(lower=None, upper=None, row=row):
-            if statistic == "k1":  # k1 takes both bounds (issue 24): the other side is wide
+            if statistic == "k1":  # k1 takes both bounds: the other side is wide
                 lower, upper = (-1e3 if lower is None else lower), (1e3 if upper is None else upper)
             keep = rejection_keep(Rejection(statistic, level, lower, upper), log_rho, mask)
             return float(keep[row, 0])
@@ -179,7 +179,7 @@ def test_bounds_on_both_sides(statistic, level):
 
 
 def test_verl_k1_bounds_are_refused_not_misread():
-    # Item 5: a verl k1 threshold "0.5_2.0" copied as Rejection("k1", ..., 0.5, 2.0) used to keep
+    # Regression: verl's k1 threshold "0.5_2.0" copied as Rejection("k1", ..., 0.5, 2.0) kept
     # rho in [e^-2, e^-0.5] = [0.14, 0.61] and reject rho = 1; now it is an error saying why.
     with pytest.raises(ValueError, match=r"rejects on-policy tokens \(k1 = 0 at rho = 1\).*nats"):
         Rejection("k1", "token", 0.5, 2.0)
@@ -424,7 +424,7 @@ def test_config_validation():
     assert hash(CorrectionConfig.trm()) == hash(CorrectionConfig.trm())
 
 
-# --- issue 12 items 3, 4, 8 and issue 13 item 8 -------------------------------------------
+# --- regressions: boolean bounds, swapped log-probs, float64 inputs, NaN, empty batches ---
 
 
 @pytest.fixture
@@ -449,7 +449,7 @@ def x64():
     ],
 )
 def test_config_numbers_refuse_bools_strings_and_non_finite(kwargs, error, name):
-    # Item 3: weight_upper=True used to clip silently at 1.0.
+    # Regression: weight_upper=True used to clip silently at 1.0.
     with pytest.raises(error, match=f"^{name}:") as info:
         CorrectionConfig(**kwargs)
     assert "\n" not in str(info.value)
@@ -464,7 +464,7 @@ def test_rejection_bounds_refuse_bools_strings_and_non_finite(bad):
 
 
 def test_log_prob_arguments_are_keyword_only():
-    # Item 4: rollout_correction(config, a, b, mask) with the two log-probs swapped was silent.
+    # Regression: rollout_correction(config, a, b, mask) with the two log-probs swapped was silent.
     lp = jnp.zeros((1, 2))
     with pytest.raises(TypeError, match="positional"):
         rollout_correction(CorrectionConfig(), lp, lp, jnp.ones((1, 2)))
@@ -490,7 +490,7 @@ def _np_log_rho(old, roll, mask):
     ],
 )
 def test_float64_in_float64_out_matches_numpy(x64, config):
-    # Item 8: float64 inputs were computed in and returned as float32.
+    # Regression: float64 inputs were computed in and returned as float32.
     rng = np.random.default_rng(0)
     old = -np.abs(rng.standard_normal((3, 5))) - 2.0
     roll = old + 0.3 * rng.standard_normal((3, 5))
@@ -553,7 +553,7 @@ def test_token_kl_float64(x64):
 
 
 def test_non_finite_log_prob_at_a_valid_token_is_an_error():
-    # Issue 13 item 8: a NaN log-prob gave NaN weights and metrics with no error.
+    # Regression: a NaN log-prob gave NaN weights and metrics with no error.
     old = jnp.array([[0.0, jnp.nan, -jnp.inf]])
     mask = jnp.array([[1.0, 1.0, 0.0]])
     with pytest.raises(ValueError, match=r"^old_log_prob: expected finite values"):
@@ -584,7 +584,7 @@ def test_checked_mode_under_jit_names_the_argument():
 
 
 def test_empty_batch_is_a_one_line_error():
-    # Issue 13 item 11: B = 0 gave a numpy/MLIR error.
+    # Regression: B = 0 gave a numpy/MLIR error.
     with pytest.raises(ValueError, match=r"^old_log_prob: expected at least one response"):
         rollout_correction(CorrectionConfig(), old_log_prob=jnp.zeros((0, 3)),
                            rollout_log_prob=jnp.zeros((0, 3)), response_mask=jnp.ones((0, 3)))

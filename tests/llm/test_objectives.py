@@ -348,7 +348,7 @@ def test_bad_inputs_name_the_argument():
         )
 
 
-# --- issue 12 items 3, 4, 7, 8 and issue 13 items 8, 10 -----------------------------------
+# --- regressions: verl's argument order, weighted masks, dp_size, float64 inputs ---------
 
 
 @pytest.fixture
@@ -358,7 +358,7 @@ def x64():
 
 
 def test_log_probs_are_keyword_only():
-    # Item 4: verl's order is (old_log_prob, log_prob); passed positionally here the loss was
+    # Regression: verl's order is (old_log_prob, log_prob); passed positionally here the loss was
     # silently wrong. Now a positional call is a TypeError and keywords make order irrelevant.
     lp, old = jnp.array([[-0.2, -1.0]]), jnp.array([[-0.5, -0.6]])
     adv, mask = jnp.array([[1.0, -1.0]]), jnp.ones((1, 2))
@@ -391,7 +391,7 @@ def test_objective_config_refuses_bools_strings_non_finite(kwargs, error, name):
 
 
 def test_non_binary_mask_is_token_weights_in_numerator_and_denominator():
-    # Issue 13 item 10: the numerator treated the mask as 0/1 and the denominator summed it, so a
+    # Regression: the numerator treated the mask as 0/1 and the denominator summed it, so a
     # mask of 2 gave token-mean 0.5 and a mask of 0.5 gave 2.0 for a loss of 1 per token.
     ones = jnp.ones((2, 3))
     for value in (2.0, 0.5):
@@ -415,7 +415,7 @@ def test_non_binary_mask_is_token_weights_in_numerator_and_denominator():
 
 @pytest.mark.parametrize("agg", AGGREGATIONS)
 def test_data_parallel_ranks_with_global_denominator(agg):
-    # Item 7: verl's dp_size. Two ranks each compute dp_size * (local numerator / global D);
+    # Regression: verl's dp_size. Two ranks each compute dp_size * (local numerator / global D);
     # averaging them (what DDP does to gradients) gives the global loss exactly.
     loss_mat = jnp.array([[1.0, 2.0, 0.0], [4.0, 0.0, 0.0], [3.0, 5.0, 7.0], [6.0, 0.0, 0.0]])
     mask = jnp.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
@@ -452,7 +452,7 @@ def _np_ppo(lp, old, adv, mask, w, eps=0.2, c=3.0):
 
 
 def test_float64_loss_and_gradient_match_numpy(x64):
-    # Item 8: policy_loss computed float64 inputs in float32.
+    # Regression: policy_loss computed float64 inputs in float32.
     rng = np.random.default_rng(2)
     lp = -np.abs(rng.standard_normal((3, 4)))
     old = lp + 0.3 * rng.standard_normal((3, 4))

@@ -106,11 +106,11 @@ def test_bad_arguments_raise():
         length_aware_scale(kl_threshold=2.0).update({}, state, mean_length=1.0)
 
 
-# --- issue 12 items 3, 8 and issue 13 item 8 ----------------------------------------------
+# --- regressions: a non-finite statistic, every numeric option checked, the state's dtype ---
 
 
 def test_one_nan_length_inside_jit_is_skipped_not_latched():
-    # Issue 13 item 8: one NaN mean_length turned both EMAs NaN for good, so the later surge
+    # Regression: one NaN mean_length turned both EMAs NaN for good, so the later surge
     # was never detected. Now the step is skipped (state.skipped counts it) and detection works.
     lengths = _trace()
     lengths[10] = np.nan
@@ -166,13 +166,13 @@ def test_checked_mode_names_the_argument_under_jit():
     ],
 )
 def test_options_refuse_bools_strings_non_finite(kwargs, name):
-    # Item 3 for every numeric option of the schedule.
+    # The same check for every numeric option of the schedule.
     with pytest.raises((TypeError, ValueError), match=f"^{name}:"):
         length_aware_scale(**kwargs)
 
 
 def test_float64_state():
-    # Item 8: the state was float32 whatever the run's dtype.
+    # Regression: the state was float32 whatever the run's dtype.
     with jax.enable_x64(True):
         tx = length_aware_scale(dtype=jnp.float64)
         params = {"w": jnp.ones(2, jnp.float64)}

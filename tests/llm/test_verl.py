@@ -1,4 +1,4 @@
-"""hyperx.llm.verl: the verl option parser (issue 12 item 6) against NumPy re-statements of
+"""hyperx.llm.verl: the verl option parser against NumPy re-statements of
 verl's rules as read in verl/trainer/ppo/rollout_corr_helper.py and core_algos.py."""
 
 import math
@@ -171,7 +171,7 @@ def test_port_defaults():
     assert port.objective == ObjectiveConfig(dual_clip=3.0)
 
 
-# Issue 24 item 3: the verl porting traps that were silent, run against verl's own rules.
+# Regression: the verl porting traps that were silent, run against verl's own rules.
 
 
 def test_an_upper_only_k1_bound_in_verls_ratio_units_is_refused():
@@ -232,7 +232,7 @@ def test_geo_mask_is_verls_geo_rs():
 
 
 def test_named_presets_and_config_defaults_differ_as_documented():
-    # Issue 23: CorrectionConfig.geo_mask() / trm() default to verl's presets (0.999_1.001;
+    # By design: CorrectionConfig.geo_mask() / trm() default to verl's presets (0.999_1.001;
     # K3-RS 0.01) while `hyperx llm --correction` uses bounds tuned for its tasks (0.9 <=
     # rho_geo <= 1.1; kl 0.05), as hyperx.llm.train.CORRECTIONS documents.
     from hyperx.llm.train import CORRECTIONS

@@ -102,6 +102,40 @@ def policy_scores(game: str, episodes: int, seed: int, max_steps: int,
     return score.tolist()
 
 
+def fixed_action_share_at_init(game: str, seed: int, action: str, indices: int = 256,
+                               frames: int = 8) -> float:
+    """Share of ``indices`` sampled indices whose greedy action at initialisation is ``action``
+    on every one of ``frames`` frames of a uniformly random trajectory, for the ``hyperagent``
+    seed that ``run_group`` runs as seed number ``seed`` (its agent key is
+    ``fold_in(PRNGKey(seed), 0)``). On Freeway with ``"UP"``: 0 means no index walks the
+    chicken up consistently before learning, so the first rewards must come from learning."""
+    import jax
+    import jax.numpy as jnp
+
+    from hyperx.agents.config import get_config
+    from hyperx.agents.core import make_agent
+    from hyperx.envs.atari import OBS_SHAPE, action_meanings, make_atari
+    from hyperx.index import make_index
+
+    config = get_config("hyperagent", env="atari")
+    env = make_atari(game, num_envs=1, seed=seed, training=True)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    stack = []
+    for t in range(50 * frames):
+        obs, *_ = env.step(rng.integers(0, env.num_actions, 1))
+        if t % 50 == 0:
+            stack.append(np.asarray(obs)[0])
+    env.close()
+    agent = make_agent(config, env.num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8), step_budget=64)
+    state = agent.init(jax.random.fold_in(jax.random.PRNGKey(seed), 0))
+    xi = make_index(config.index, config.index_dim).sample(jax.random.PRNGKey(123), (indices,))
+    q = jax.vmap(lambda x: agent.q_values(state.params, state.prior, jnp.asarray(np.stack(stack)),
+                                          x[None]))(xi)  # (indices, frames, actions)
+    wanted = action_meanings(game).index(action)
+    return float(jnp.mean(jnp.all(jnp.argmax(q, -1) == wanted, axis=1)))
+
+
 AGENTS = ("hyperagent", "dqn_100k")
 """``hyperagent``: the Atari config as it is; ``dqn_100k``: ``dqn`` with
 :data:`hyperx.agents.config.DQN_100K`."""
@@ -199,6 +233,8 @@ def summarise(args: argparse.Namespace) -> dict:
             got = collect(game, agent, args.out_dir)
             got["intervals"] = {step: t_interval(v) for step, v in got["evals"].items()}
             entry[agent] = got
+        if game in FIXED_POLICIES and entry.get("hyperagent", {}).get("runs"):
+            entry["hyperagent"]["fixed_action_share_at_init"] = init_shares(game, args)
         entry["checks"] = checks(entry, game)
         games[game] = entry
     summary = {
@@ -221,6 +257,25 @@ def summarise(args: argparse.Namespace) -> dict:
         json.dump(summary, f, indent=1)
     plot(summary, args.summary.replace(".json", ".png"))
     return summary
+
+
+def init_shares(game: str, args: argparse.Namespace) -> dict[str, float]:
+    """Per hyperagent seed run on ``game``, :func:`fixed_action_share_at_init` of the game's
+    fixed policy's action, cached in the seed's folder (``init_probe.json``)."""
+    name, action = FIXED_POLICIES[game]
+    out = {}
+    folder = os.path.join(args.out_dir, game, "hyperagent")
+    for run in sorted(os.listdir(folder)):
+        if not run.startswith("seed") or "-" in run:
+            continue
+        path = os.path.join(folder, run, "init_probe.json")
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                json.dump({"action": action, "share": fixed_action_share_at_init(
+                    game, args.seed + int(run[4:]), action)}, f)
+        with open(path) as f:
+            out[run] = json.load(f)["share"]
+    return out
 
 
 def checks(entry: dict, game: str) -> dict:

@@ -162,8 +162,8 @@ def device_memory_bytes() -> int:
 
 def format_bytes(n: float) -> str:
     """``11.8 GB``-style size (powers of 1000)."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
+    for unit in ("B", "kB", "MB", "GB", "TB", "PB", "EB"):
+        if n < 1000 or unit == "EB":
             return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1000
     raise AssertionError
@@ -174,6 +174,12 @@ def check_memory(name: str, nbytes: float, available: float, what: str = "memory
     if nbytes > available:
         raise ValueError(f"{name}: needs an estimated {format_bytes(nbytes)} of {what}, more "
                          f"than the {format_bytes(available)} available")
+
+
+def tree_bytes(tree) -> int:
+    """Bytes of every array leaf of ``tree`` (arrays or ``jax.ShapeDtypeStruct`` from
+    ``jax.eval_shape``, so a size is known before anything is allocated)."""
+    return sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in jax.tree.leaves(tree))
 
 
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:

@@ -23,6 +23,7 @@ from hyperx._argparse import (
     OneLineParser,
     add_run_dir_options,
     check_out_path,
+    check_out_usable,
     fail,
     interrupted,
     non_negative_int,
@@ -48,10 +49,21 @@ def demo_commands(steps: int, seeds: int, dim: int, out: str) -> tuple[list[str]
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from hyperx.demos.linear import run_linear_demo
+    from hyperx.bandits.sweep import check_args
+    from hyperx.demos.linear import check_linear_demo_memory, run_linear_demo
 
-    check_out_path(args.out)
+    check_out_usable(args.out)
     bandit, deepsea = demo_commands(args.steps, args.seeds, args.dim, args.out)
+    try:  # every part's sizes before any work or folder
+        check_linear_demo_memory(args.dim, args.index_dim, args.steps, args.seeds,
+                                 name=f"--seeds {args.seeds}, --index-dim {args.index_dim}, "
+                                      f"--dim {args.dim}, --steps {args.steps}")
+    except ValueError as err:
+        fail(str(err))
+    parser = build_parser()
+    check_args(parser.parse_args(bandit))
+    _check_deepsea(parser.parse_args(deepsea))
+    check_out_path(args.out)
     print("[1/3] linear Ensemble++ against the exact Bayesian posterior")
     run_linear_demo(dim=args.dim, index_dim=args.index_dim, steps=args.steps, seeds=args.seeds)
     print("\n[2/3] contextual-bandit regret sweep: hyperx " + " ".join(bandit))
@@ -92,25 +104,10 @@ DEEPSEA_SETTINGS = ("size", "agent", "seeds", "episodes", "seed", "mapping_seed"
 
 def _deepsea(args: argparse.Namespace) -> int:
     from hyperx._rundir import prepare_out, write_manifest
-    from hyperx.agents import get_config
-    from hyperx.agents.deepsea import (
-        TrainingInterrupted,
-        check_carry_memory,
-        make_program,
-        train_deepsea,
-    )
+    from hyperx.agents.deepsea import TrainingInterrupted, train_deepsea
     from hyperx.agents.deepsea_report import ReturnsWriter, describe, write_outputs
-    from hyperx.envs.deepsea import MAX_MAPPING_SEED
 
-    last = args.mapping_seed + (args.seeds - 1 if args.per_seed_mappings else 0)
-    if last > MAX_MAPPING_SEED:
-        fail(f"--mapping-seed: expected mapping seeds in [0, {MAX_MAPPING_SEED}], got "
-             f"{args.mapping_seed} .. {last}")
-    config = get_config(args.agent)
-    try:
-        check_carry_memory(make_program(config, args.size, args.episodes), args.seeds)
-    except ValueError as err:
-        fail(f"--size {args.size}, --episodes {args.episodes}, --seeds {args.seeds}: {err}")
+    config = _check_deepsea(args)
     settings = {key: getattr(args, key) for key in DEEPSEA_SETTINGS}
     out, manifest = prepare_out(args.out, "deepsea", settings, resume=args.resume,
                                 overwrite=args.overwrite, outputs=DEEPSEA_OUTPUTS)
@@ -150,6 +147,25 @@ def _deepsea(args: argparse.Namespace) -> int:
     print(f"{args.agent} on DeepSea({args.size}), {args.seeds} seeds: {describe(summary)}; "
           f"{result.env_steps_per_s:.0f} env steps/s; wrote {out}")
     return 0
+
+
+def _check_deepsea(args: argparse.Namespace):
+    """What :func:`_deepsea` checks before it touches ``--out`` (mapping seeds, the sizes of
+    the program and of the seeds' carry); returns the agent config."""
+    from hyperx.agents import get_config
+    from hyperx.agents.deepsea import check_carry_memory, make_program
+    from hyperx.envs.deepsea import MAX_MAPPING_SEED
+
+    last = args.mapping_seed + (args.seeds - 1 if args.per_seed_mappings else 0)
+    if last > MAX_MAPPING_SEED:
+        fail(f"--mapping-seed: expected mapping seeds in [0, {MAX_MAPPING_SEED}], got "
+             f"{args.mapping_seed} .. {last}")
+    config = get_config(args.agent)
+    try:
+        check_carry_memory(make_program(config, args.size, args.episodes), args.seeds)
+    except ValueError as err:
+        fail(f"--size {args.size}, --episodes {args.episodes}, --seeds {args.seeds}: {err}")
+    return config
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -46,6 +46,7 @@ from hyperx._validation import (
     check_rank,
     device_memory_bytes,
     format_bytes,
+    host_memory_bytes,
 )
 from hyperx.bandits.base import BanditSpec, Learner, delayed
 from hyperx.envs.bandits import BanditEnv
@@ -128,9 +129,20 @@ def _chunk_fn(step_fn: Callable, num_steps: int, chunk: int) -> Callable:
 
 
 def log_grid(horizon: int, num: int = 50) -> np.ndarray:
-    """About ``num`` log-spaced round counts in [1, horizon] (int, increasing, ends at horizon)."""
+    """About ``num`` log-spaced round counts in [1, horizon] (int, increasing, ends at horizon).
+
+    Once ``num - 1 > 2 horizon ln(horizon) + 1`` consecutive points of the geometric grid are
+    less than 1/2 apart, so every round 1..horizon is hit: that grid is returned without
+    building ``num`` floats (``num = 2**31 - 1`` is every round, not 16 GB). Below that, a grid
+    whose 32 bytes per point (the floats, their rounding and the sort) cannot fit in host
+    memory raises ``ValueError`` with the estimate.
+    """
     check_positive("horizon", horizon)
     check_positive("num", num)
+    if num - 1 > 2 * horizon * math.log(horizon) + 1:
+        return np.arange(1, int(horizon) + 1, dtype=np.int64)
+    check_memory(f"num = {num}", 32 * num, host_memory_bytes(),
+                 f"host memory for {num:,} log-spaced points")
     grid = np.unique(np.round(np.geomspace(1, horizon, num)).astype(np.int64))
     return np.union1d(grid, [horizon])
 
@@ -300,8 +312,9 @@ def run_bandit(
         do not depend on it (up to XLA's reduction order for a different batch shape, see the
         module docstring).
 
-    Before anything is allocated, the run state of one compiled pass (three times the state of
-    its runs: the compiled chunk's input, output and the update's temporaries) is checked
+    Before anything is allocated, the runs' keys and regret records (``num_seeds`` x grid
+    points x (8 + 12 C) bytes) and the run state of one compiled pass (three times the state of
+    its runs: the compiled chunk's input, output and the update's temporaries) are checked
     against the device's memory, and ``horizon`` against the int32 range of the step counter;
     ``ValueError`` gives the estimate.
     """
@@ -337,6 +350,12 @@ def run_bandit(
 
     devices = jax.devices() if devices is None else list(devices)
     num_runs = num_points * num_seeds
+    # every run's key and hyper-parameters (built for all runs at once) and its float32 regret
+    # record (on the device, gathered on the host, and the result's copy)
+    check_memory(f"num_seeds = {num_seeds}" + (f" x {num_points} grid points" if grid else ""),
+                 num_runs * (8 + 4 * len(grid_values) + 12 * t_record.size),
+                 device_memory_bytes(), f"memory for the keys and regret records of "
+                 f"{num_runs:,} runs")
     seed_keys = _seed_keys(seed, num_seeds, first_seed)
     all_keys = jnp.tile(seed_keys, (num_points, 1))
     all_hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds) for name, v in grid_values.items()}

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from hyperx import threefry
-from hyperx._validation import check_choice, check_key
+from hyperx._validation import check_choice, check_key, check_memory, device_memory_bytes
 
 INDEX_NAMES: tuple[str, ...] = ("gaussian", "sphere", "scaled_sphere", "coordinate", "one_hot",
                                 "cube")
@@ -78,17 +78,27 @@ class IndexDistribution(NamedTuple):
             return jax.nn.one_hot(jax.random.randint(key, shape, 0, m), m, dtype=jnp.float32)
         return jax.random.rademacher(key, (*shape, m), jnp.float32)
 
+    def support_size(self) -> int:
+        """The number of support points: 2M (coordinate), M (one_hot) or 2^M (cube); raises
+        ``ValueError`` if not enumerable."""
+        if not self.enumerable:
+            raise ValueError(f"support: index distribution {self.name!r} with dim={self.dim} is "
+                             f"not enumerable (only coordinate, one_hot and cube with dim <= "
+                             f"{MAX_CUBE_ENUM_DIM} are)")
+        if self.name == "coordinate":
+            return 2 * self.dim
+        return self.dim if self.name == "one_hot" else 2**self.dim
+
     def support(self) -> jax.Array:
         """All support points, shape (n, dim): uniform over them is exactly this distribution.
 
         coordinate: the 2M points +sqrt(M) e_1..e_M then -sqrt(M) e_1..e_M; one_hot: the M
-        unit vectors; cube: the 2^M sign vectors. Raises ``ValueError`` if not enumerable.
+        unit vectors; cube: the 2^M sign vectors. Raises ``ValueError`` if not enumerable, or
+        with the estimate if the (n, dim) float32 points cannot fit in device memory.
         """
-        m = self.dim
-        if not self.enumerable:
-            raise ValueError(f"support: index distribution {self.name!r} with dim={m} is not "
-                             f"enumerable (only coordinate, one_hot and cube with dim <= "
-                             f"{MAX_CUBE_ENUM_DIM} are)")
+        m, n = self.dim, self.support_size()
+        check_memory(f"dim = {m}", 4 * n * m, device_memory_bytes(),
+                     f"device memory for the {n:,} support points of the {self.name} index")
         if self.name == "coordinate":
             eye = math.sqrt(m) * jnp.eye(m, dtype=jnp.float32)
             return jnp.concatenate([eye, -eye])

@@ -67,6 +67,7 @@ from hyperx._validation import (
     check_memory,
     check_positive,
     check_shape,
+    device_memory_bytes,
     host_memory_bytes,
 )
 from hyperx.index import INDEX_NAMES, make_index
@@ -181,6 +182,26 @@ def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
     return mu0, np.asarray(cov, np.float32), np.asarray(chol, np.float32)
 
 
+def _check_state_memory(name: str, dim: int, width: int, what: str) -> None:
+    """Refuse a model whose state cannot fit on the device, before anything is allocated.
+
+    Counted: the float32 state (mean d, covariance d x d, ``width`` further columns of d:
+    Ensemble++'s d x M factor, the reference's P_t too, or the exact posterior's d x d square
+    root), twice: an update's input and output.
+    """
+    nbytes = 2 * 4 * dim * (1 + dim + width)
+    check_memory(name, nbytes, device_memory_bytes(),
+                 f"device memory for the model state ({what}, float32, an update's input and "
+                 "output)")
+
+
+def _check_sample_memory(shape: tuple[int, ...], dim: int, width: int) -> None:
+    """Refuse ``sample(state, key, shape)`` when its draws cannot fit: prod(shape) float32
+    samples of dimension d and their ``width``-dimensional noise (the index, or z)."""
+    check_memory(f"shape = {shape}", 4 * math.prod(shape) * (dim + width), device_memory_bytes(),
+                 f"device memory for {math.prod(shape):,} samples of dimension {dim}")
+
+
 def _host_array(name: str, x) -> np.ndarray:
     """A prior given as an array or a (nested) list of numbers, as a NumPy array."""
     try:
@@ -277,6 +298,9 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
               prior_cov, index: str, recompute: bool, checked: bool) -> LinearModel:
     _check_common(index_dim, noise_std, index)
     mu0, cov0, chol0 = _prior(dim, prior_var, prior_mean, prior_cov)
+    _check_state_memory(f"dim = {dim}, index_dim = {index_dim}", dim,
+                        index_dim * (2 if recompute else 1),
+                        "d x d covariance and d x M factor" + (" and P" if recompute else ""))
     noise_var = noise_std**2
     sampler = make_index(index, index_dim)
     perturbation = make_index("sphere", index_dim).sample
@@ -324,7 +348,9 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
     def sample(state, key: jax.Array, shape: Shape = ()) -> jax.Array:
         _check_state(state, dim, index_dim, "factor", "M")
         check_key("key", key)
-        zeta = zeta_scale * sampler.sample(key, _sample_shape(shape))
+        shape = _sample_shape(shape)
+        _check_sample_memory(shape, dim, index_dim)
+        zeta = zeta_scale * sampler.sample(key, shape)
         return state.mu + jnp.einsum("ij,...j->...i", state.factor, zeta)
 
     return LinearModel(init, update, update_batch, sample)
@@ -355,6 +381,10 @@ def ensemble_pp(dim: int, index_dim: int, *, noise_std: float, prior_var: float 
     Non-finite data: a NaN or inf x or y given from the host raises ``ValueError`` naming it.
     Inside ``jit`` / ``scan`` it is not checked by default, and one such observation makes
     mu, Sigma and A NaN for good; pass ``checked=True`` to have it reported.
+
+    Sizes: a model whose float32 state (d + d^2 + d M values, twice: an update's input and
+    output) exceeds the device's memory, or a ``sample`` shape whose draws do (prod(shape)
+    (d + M) values), raises ``ValueError`` with the estimate before anything is allocated.
     """
     return _ensemble(dim, index_dim, noise_std, prior_var, prior_mean, prior_cov, index,
                      recompute=False, checked=checked)
@@ -384,11 +414,12 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
     ``update`` O(d^2) (Sherman-Morrison step for Sigma plus Potter step for S);
     ``update_batch`` O(B d^2) as a scan of rank-one steps; ``sample`` O(d^2) per draw
     (theta = mu + S z, z ~ N(0, I)). The keys of ``init`` and the updates are unused
-    (accepted for a uniform interface). Non-finite data and ``checked``: as
-    :func:`ensemble_pp`.
+    (accepted for a uniform interface). Non-finite data, ``checked`` and the memory estimate
+    (here d + 2 d^2 values): as :func:`ensemble_pp`.
     """
     check_positive("noise_std", noise_std)
     mu0, cov0, chol0 = _prior(dim, prior_var, prior_mean, prior_cov)
+    _check_state_memory(f"dim = {dim}", dim, dim, "d x d covariance and square root")
     noise_var = noise_std**2
 
     def init(key: jax.Array) -> ExactPosteriorState:
@@ -420,7 +451,9 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
     def sample(state: ExactPosteriorState, key: jax.Array, shape: Shape = ()) -> jax.Array:
         _check_state(state, dim, dim, "sqrt_cov", "d")
         check_key("key", key)
-        z = jax.random.normal(key, (*_sample_shape(shape), dim), jnp.float32)
+        shape = _sample_shape(shape)
+        _check_sample_memory(shape, dim, dim)
+        z = jax.random.normal(key, (*shape, dim), jnp.float32)
         return state.mu + jnp.einsum("ij,...j->...i", state.sqrt_cov, z)
 
     return LinearModel(init, update, update_batch, sample)

@@ -585,3 +585,192 @@ def test_counts_accept_the_same_spellings():
     # --arms takes 1e3 as --steps does (both positive ints, scientific notation allowed).
     args = build_parser().parse_args(["bandit", "--arms", "1e3", "--steps", "1e3", "--out", "x"])
     assert args.arms == 1000 and args.steps == 1000
+
+
+# issue 24 item 2: every allocation a user's number drives is estimated before it is made.
+# The estimates are compared with a 16 GB machine (``small_machine``), so each case is refused
+# here and on a larger machine alike, in milliseconds, and nothing is allocated.
+GB16 = 16 * 10**9
+
+
+@pytest.fixture
+def small_machine(monkeypatch):
+    """Every memory estimate sees 16 GB of host and device memory."""
+    import sys
+
+    import hyperx._validation as validation
+
+    modules = [validation, *(m for n, m in list(sys.modules.items())
+                             if n.startswith("hyperx") and m is not None)]
+    for module in modules:
+        for name in ("host_memory_bytes", "device_memory_bytes"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, lambda: GB16)
+
+
+def _rl():
+    from hyperx.llm import train
+
+    return train
+
+
+def _policy_lms(task):
+    return _rl().transformer_lms(_rl().policy_module(task), "bfloat16")
+
+
+MEMORY_PYTHON_CASES = [
+    ("ensemble_pp(30, 10**9)",
+     lambda: __import__("hyperx.linear", fromlist=["x"]).ensemble_pp(30, 10**9, noise_std=1.0),
+     "dim = 30, index_dim = 1000000000: needs an estimated 240 GB of device memory for the "
+     "model state"),
+    ("ensemble_pp sample shape (10**9, 10)",
+     lambda: (lambda m: m.sample(m.init(jax.random.key(0)), jax.random.key(1), (10**9, 10)))(
+         _linear("ensemble_pp", noise_std=1.0)),
+     "shape = (1000000000, 10): needs an estimated"),
+    ("make_bandit_env('russo', dim=100, num_arms=10**8)",
+     lambda: __import__("hyperx.envs.bandits", fromlist=["x"]).make_bandit_env(
+         "russo", dim=100, num_arms=10**8),
+     "num_arms = 100000000, dim = 100: needs an estimated 40.4 GB of device memory"),
+    ("make_bandit_env('quadratic', num_candidates=10**9)",
+     lambda: __import__("hyperx.envs.bandits", fromlist=["x"]).make_bandit_env(
+         "quadratic", num_candidates=10**9),
+     "num_candidates = 1000000000, dim = 100: needs an estimated"),
+    ("make_agent(hyperagent, index_dim=10**9)",
+     lambda: make_agent(get_config("hyperagent", index_dim=10**9), num_actions=2,
+                        obs_example=jnp.int32(0), num_states=16, step_budget=64),
+     "hyperagent with index_dim = 1000000000 and 64 replay slots"),
+    ("make_agent(ensemble_plus, index_dim=10**6): its support",
+     lambda: make_agent(get_config("ensemble_plus", index_dim=10**6), num_actions=2,
+                        obs_example=jnp.int32(0), num_states=16, step_budget=64),
+     "index_dim = 1000000: needs an estimated 4 TB of device memory for the 1,000,000 support "
+     "points"),
+    ("make_agent(dqn, buffer_size=2 * 10**9)",
+     lambda: make_agent(get_config("dqn", buffer_size=2 * 10**9), num_actions=2,
+                        obs_example=jnp.int32(0), num_states=16),
+     "dqn with index_dim = 1 and 2,000,000,000 replay slots"),
+    ("make_index('one_hot', 10**6).support()",
+     lambda: __import__("hyperx.index", fromlist=["x"]).make_index("one_hot", 10**6).support(),
+     "dim = 1000000: needs an estimated 4 TB"),
+    ("make_policy(d_model=10**6)",
+     lambda: make_policy(Task("addition", 2), d_model=10**6),
+     "d_model = 1000000, num_layers = 2: needs an estimated"),
+    ("make_trainer(prompts_per_step=2**31 - 1)",
+     lambda: _rl().make_trainer(*_policy_lms(Task()), Task(), RLConfig(prompts_per_step=2**31 - 1)),
+     "prompts_per_step x group_size = 2147483647 x 8: needs an estimated"),
+    ("evaluate(Task('reverse', 100000))",
+     lambda: _rl().evaluate(_policy_lms(Task("reverse", 100000))[0], None,
+                            Task("reverse", 100000), jax.random.key(0)),
+     "n = 256: needs an estimated"),
+    ("supervised_warmup(Task('reverse', 100000))",
+     lambda: _rl().supervised_warmup(_policy_lms(Task("reverse", 100000))[0], None,
+                                     Task("reverse", 100000), jax.random.key(0), steps=3),
+     "steps = 3, batch_size = 64: needs an estimated"),
+    ("log_grid(2**31 - 1, 2**31 - 1)",
+     lambda: __import__("hyperx.experiment", fromlist=["x"]).log_grid(2**31 - 1, 2**31 - 1),
+     "num = 2147483647: needs an estimated 68.7 GB of host memory"),
+    ("run_bandit(num_seeds=2**31 - 1)",
+     lambda: __import__("hyperx.experiment", fromlist=["x"]).run_bandit(
+         __import__("hyperx.envs.bandits", fromlist=["x"]).russo(3, 4),
+         _bandits()[1].uniform_random(), horizon=10, num_seeds=2**31 - 1),
+     "num_seeds = 2147483647: needs an estimated"),
+    ("run_linear_demo(seeds=2**31 - 1)",
+     lambda: __import__("hyperx.demos.linear", fromlist=["x"]).run_linear_demo(seeds=2**31 - 1),
+     "seeds = 2147483647, index_dim = 16, dim = 20, steps = 1000"),
+]
+
+
+@pytest.mark.parametrize("name, call, message", MEMORY_PYTHON_CASES,
+                         ids=[c[0] for c in MEMORY_PYTHON_CASES])
+def test_sizes_that_cannot_fit_are_refused_with_the_estimate(small_machine, name, call,
+                                                             message):
+    with pytest.raises(ValueError) as info:
+        call()
+    text = str(info.value)
+    assert message in text and "more than the 16 GB available" in text and "\n" not in text, text
+
+
+MEMORY_CLI_CASES = [
+    (["llm", "--d-model", "1000000"],
+     "--d-model 1000000, --layers 2: needs an estimated 360 TB of device memory"),
+    (["llm", "--prompts", "2147483647"],
+     "--prompts 2147483647 x --group-size 8: needs an estimated"),
+    (["llm", "--task", "reverse", "--difficulty", "100000"],
+     "--task reverse --difficulty 100000 (200,005 tokens per sequence)"),
+    (["demo", "--index-dim", "1000000000"], "--index-dim 1000000000, --dim 20, --steps 1000 "
+                                            "(160 GB per seed): needs an estimated"),
+    (["demo", "--seeds", "2147483647"], "--seeds 2147483647, --index-dim 16"),
+    (["bandit", "--points", "2147483647", "--steps", "2147483647", "--dim", "3", "--arms", "4",
+      "--agents", "linucb"], "--points 2147483647: needs an estimated 68.7 GB"),
+]
+
+
+@pytest.mark.parametrize("argv, message", MEMORY_CLI_CASES,
+                         ids=[" ".join(a)[:60] for a, _ in MEMORY_CLI_CASES])
+def test_command_sizes_that_cannot_fit_are_one_line_before_out(small_machine, tmp_path, capsys,
+                                                               argv, message):
+    out = tmp_path / "o"
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("hyperx: error: ") and err.count("\n") == 1, err
+    assert message in err and "more than the 16 GB available" in err, err
+    assert not out.exists()
+
+
+def test_an_epoch_count_is_bounded_on_the_command_line(capsys):
+    # epochs are time, not memory (the update's memory no longer grows with them), but they
+    # run in one compiled call that Ctrl-C cannot stop
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["llm", "--ppo-epochs", "2147483647", "--out", "x"])
+    err = capsys.readouterr().err
+    assert "argument --ppo-epochs: expected an integer in [1, 1000]" in err and \
+        err.count("\n") == 1, err
+    assert build_parser().parse_args(["llm", "--ppo-epochs", "1000", "--out", "x"]).ppo_epochs \
+        == 1000
+
+
+def test_more_points_than_rounds_record_every_round():
+    # `hyperx bandit --points 2147483647` was a 16 GB NumPy MemoryError: now every round
+    from hyperx.experiment import log_grid
+
+    np.testing.assert_array_equal(log_grid(500, 2**31 - 1), np.arange(1, 501))
+    args = build_parser().parse_args(["bandit", "--points", "2147483647", "--out", "x"])
+    assert args.points == 2**31 - 1
+
+
+def test_a_chunk_longer_than_the_run_is_one_chunk_of_the_run(monkeypatch):
+    # `hyperx deepsea --chunk-steps 2147483647` hung: it compiled a scan of 2^31 steps (an
+    # 8.6 GB step index, then no-op steps past the run's end); now the chunk is the run's
+    import hyperx.agents.deepsea as deepsea
+
+    chunks = []
+
+    def first_chunk(step, carry, num_steps):
+        chunks.append(num_steps)
+        raise KeyboardInterrupt  # stop before compiling: the length is what is tested
+
+    monkeypatch.setattr(deepsea, "run_scan", first_chunk)
+    with pytest.raises(deepsea.TrainingInterrupted):
+        deepsea.train_deepsea(get_config("dqn"), 3, 4, chunk_steps=2**31 - 1)
+    assert chunks == [3 * 4]
+
+
+def test_the_update_metrics_do_not_grow_with_the_epochs():
+    """The PPO epochs' scan keeps the first epoch's metrics in its carry instead of stacking
+    one row per epoch (2^31 epochs asked 206 GB); the jaxpr's outputs do not depend on it."""
+    train = _rl()
+    task = Task("reverse", 2)
+    module = train.policy_module(task, d_model=16, num_layers=1, num_heads=2)
+    lms = train.transformer_lms(module, "float32")
+    params = jax.eval_shape(module.init, jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    sizes = []
+    for epochs in (1, 10**6):
+        trainer = train.make_trainer(*lms, task, RLConfig(prompts_per_step=2, group_size=2,
+                                                          ppo_epochs=epochs))
+        state = jax.eval_shape(trainer.init, params)
+        batch = jax.eval_shape(trainer.rollout, params, jax.random.key(0))
+        scores = jax.eval_shape(trainer.score, params, batch)
+        jaxpr = jax.make_jaxpr(trainer.update)(state, batch, scores)
+        sizes.append(max(math.prod(v.aval.shape) for eqn in jaxpr.eqns for v in eqn.outvars
+                         if hasattr(v.aval, "shape")))
+    assert sizes[0] == sizes[1], sizes

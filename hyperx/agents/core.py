@@ -43,7 +43,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyperx._validation import check_int, check_shape
+from hyperx._validation import (
+    check_int,
+    check_memory,
+    check_shape,
+    device_memory_bytes,
+    format_bytes,
+    tree_bytes,
+)
 from hyperx.agents.checks import check_observation, check_transition
 from hyperx.agents.config import AgentConfig
 from hyperx.heads import (
@@ -219,6 +226,9 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
       num_envs: act in B = ``num_envs`` environments at once (see :func:`_batched`); then
         ``replay`` is the buffer (one stream per environment, e.g.
         :func:`hyperx.atari_replay.make_frame_replay`). ``None``: the one-environment agent.
+
+    Raises ``ValueError`` with the estimate (:func:`check_agent_memory`) when one seed's state
+    cannot fit in device memory, before anything is allocated.
     """
     check_int("num_actions", num_actions)
     if (num_envs is None) != (replay is None):
@@ -232,6 +242,11 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
     capacity = max(capacity, config.n_step)
     network = make_network(make_head(config, num_actions, make_torso(config, num_states)))
     index = make_index(config.index, config.index_dim)
+    if config.update_index == "support":  # before _make_learner builds the (n, M) support
+        check_memory(f"index_dim = {config.index_dim}",
+                     4 * index.support_size() * config.index_dim, device_memory_bytes(),
+                     f"device memory for the {index.support_size():,} support points of the "
+                     f"{config.index} index (update_index='support')")
     perturbation = make_index("sphere", config.index_dim)
     buffer = make_replay_buffer(config.n_step, config.gamma)
     optimiser = make_optimiser(config)
@@ -299,9 +314,37 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
     if num_envs is not None:
         check_int("num_envs", num_envs)
         learn = _make_learner(config, network, index, replay, optimiser)
-        return _batched(config, network, num_actions, obs_example, num_envs, replay, capacity,
-                        optimiser, epsilon, acting_index, perturbation, q_values, learn)
-    return Agent(config, network, init, act, observe, learn, acting_index, eval_act, q_values)
+        agent = _batched(config, network, num_actions, obs_example, num_envs, replay, capacity,
+                         optimiser, epsilon, acting_index, perturbation, q_values, learn)
+    else:
+        agent = Agent(config, network, init, act, observe, learn, acting_index, eval_act,
+                      q_values)
+    check_agent_memory(agent, capacity)
+    return agent
+
+
+def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1) -> None:
+    """Raise ``ValueError`` with the estimate when ``num_seeds`` seeds of ``agent`` cannot fit
+    in device memory, from shapes only (``jax.eval_shape`` of ``init``: nothing is allocated).
+
+    Counted per seed: the state (online and target parameters, the frozen prior, Adam's two
+    moments, the replay of ``capacity`` transitions with their ``index_dim`` perturbations z),
+    one gradient (the parameters' size) and the loss's float32 indices (``batch_size x
+    num_indices x index_dim``, or the support, twice: online and target). Activations of a
+    gradient step are not counted, so this is a floor: a refusal is certain, a pass is not.
+    """
+    config = agent.config
+    state = jax.eval_shape(agent.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    if config.update_index == "support":
+        indices = make_index(config.index, config.index_dim).support_size()
+    else:
+        indices = config.batch_size * config.num_indices
+    per_seed = (tree_bytes(state) + tree_bytes(state.params)
+                + 2 * 4 * indices * config.index_dim)
+    check_memory(f"{config.name} with index_dim = {config.index_dim} and {capacity:,} replay "
+                 f"slots ({format_bytes(per_seed)} per seed)", num_seeds * per_seed,
+                 device_memory_bytes(), "device memory for the agent's state, a gradient and "
+                 "the loss's indices")
 
 
 def make_optimiser(config: AgentConfig) -> optax.GradientTransformation:

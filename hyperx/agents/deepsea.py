@@ -228,7 +228,8 @@ def train_deepsea(
       seed: base seed; seed s uses ``fold_in(PRNGKey(seed), s)``.
       mapping_seeds: bsuite mapping seed shared by all seeds (42, bsuite's sweep), or one
         mapping seed per seed.
-      chunk_steps: env steps per compiled call (default: about 20 chunks per run).
+      chunk_steps: env steps per compiled call (default: about 20 chunks per run; more than
+        the run's steps is one chunk of the run's steps).
       checkpoint_dir: save the full carry after every chunk there and resume from its latest
         checkpoint (which must come from the same arguments).
       max_chunks: stop after this many chunks in this call (to split a run across processes).
@@ -286,7 +287,7 @@ def train_deepsea(
     chunks = 0
     try:
         while int(carry.t) < program.num_steps and (max_chunks is None or chunks < max_chunks):
-            result = run_scan(program.step, carry, chunk)
+            result = run_scan(program.step, carry, min(chunk, program.num_steps))
             carry = result.carry
             compile_time += result.compile_time_s
             run_time += result.run_time_s

@@ -284,9 +284,12 @@ def _copy_parts(parts: list[tuple[Path, int, int]], name: str, config: str, writ
     return np.concatenate(regret), timing
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
-    from hyperx.experiment import check_run_memory, log_grid, run_bandit
+def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict[str, Any],
+                                                                   Any]], np.ndarray]:
+    """Everything :func:`run_from_args` checks before it touches ``--out`` (one-line errors,
+    exit status 2): the options, the game, the agents and every size estimate. Returns the
+    game, the agents and the checkpoints."""
+    from hyperx.experiment import check_run_memory, log_grid
 
     check_out_usable(args.out)  # first: the disk estimate below reads the filesystem of --out
     env = _make_env(args)
@@ -295,13 +298,24 @@ def run_from_args(args: argparse.Namespace) -> int:
              f"learn from a batch of {args.update_every} rounds), got {args.update_every}")
     spec = BanditSpec.from_env(env, args.steps)
     agents = _build_agents(args.agents, spec)
-    checkpoints = log_grid(args.steps, args.points)
+    try:
+        checkpoints = log_grid(args.steps, args.points)
+    except ValueError as err:
+        fail(str(err).replace(f"num = {args.points}", f"--points {args.points}"))
     _check_sizes(args, len(agents), checkpoints.size)
     for name, config, _, learner in agents:
         try:
             check_run_memory(env, learner, args.steps, args.update_every)
         except ValueError as err:
             fail(f"--agents {name}{':' + config if config else ''}: {err}")
+    return env, agents, checkpoints
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
+    from hyperx.experiment import run_bandit
+
+    env, agents, checkpoints = check_args(args)
     settings = {key: getattr(args, key) for key in SETTINGS}
     if args.data is not None:  # only --env text has them (older run folders lack the keys)
         settings.update(data=args.data, model=args.model)

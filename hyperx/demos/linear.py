@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hyperx._validation import check_int, check_memory, device_memory_bytes, format_bytes
 from hyperx.linear import ensemble_pp, exact_posterior
 
 
@@ -28,10 +29,29 @@ class LinearDemoResult(NamedTuple):
     updates_per_second: float
 
 
+def check_linear_demo_memory(dim: int, index_dim: int, steps: int, seeds: int, *,
+                             name: str | None = None) -> None:
+    """Raise ``ValueError`` with the estimate when :func:`run_linear_demo` cannot fit in device
+    memory, before anything is allocated. Counted, float32: per seed the Ensemble++ state
+    (d + d^2 + d M, twice: the scan's input and output), its update keys (2 x T uint32), the
+    d x d A A^T and the sample it returns; once, the T x (d + 1) data and the exact posterior
+    (3 d^2). ``name`` replaces the sizes' names in the message (a command's options)."""
+    for size, value in (("dim", dim), ("index_dim", index_dim), ("steps", steps),
+                        ("seeds", seeds)):
+        check_int(size, value)
+    per_seed = 4 * (2 * (dim + dim * dim + dim * index_dim) + 2 * steps + dim * dim + dim)
+    shared = 4 * (steps * (dim + 1) + 3 * dim * dim)
+    name = name or f"seeds = {seeds}, index_dim = {index_dim}, dim = {dim}, steps = {steps}"
+    check_memory(f"{name} ({format_bytes(per_seed)} per seed)", seeds * per_seed + shared,
+                 device_memory_bytes(), "device memory for the vmapped Ensemble++ runs")
+
+
 def run_linear_demo(dim: int = 20, index_dim: int = 16, steps: int = 1000, seeds: int = 2000,
                     noise_std: float = 1.0, prior_var: float = 10.0, seed: int = 0,
                     verbose: bool = True) -> LinearDemoResult:
-    """Run the comparison and print a short report; returns the measured errors."""
+    """Run the comparison and print a short report; returns the measured errors. Sizes that
+    cannot fit raise ``ValueError`` first (:func:`check_linear_demo_memory`)."""
+    check_linear_demo_memory(dim, index_dim, steps, seeds)
     key_data, key_theta, key_noise, key_seeds = jax.random.split(jax.random.PRNGKey(seed), 4)
     theta_star = jnp.sqrt(prior_var) * jax.random.normal(key_theta, (dim,))
     xs = jax.random.uniform(key_data, (steps, dim), minval=-1 / np.sqrt(5), maxval=1 / np.sqrt(5))

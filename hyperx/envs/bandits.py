@@ -49,7 +49,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_choice, check_int, check_positive, check_rank
+from hyperx._validation import (
+    check_choice,
+    check_int,
+    check_memory,
+    check_positive,
+    check_rank,
+    device_memory_bytes,
+)
 
 Array = jax.Array
 EnvState = Any
@@ -108,6 +115,13 @@ def _check_sizes(num_arms: int, dim: int) -> None:
     check_int("dim", dim)
 
 
+def _check_instance_memory(name: str, values: int, what: str) -> None:
+    """Refuse a game whose one-seed instance (``values`` float32 numbers) cannot fit in device
+    memory, when it is built and before anything is allocated (a run of many seeds is then
+    sized by :func:`hyperx.experiment.run_bandit`)."""
+    check_memory(name, 4 * values, device_memory_bytes(), f"device memory for {what}")
+
+
 def _uniform_arms(key: Array, num_arms: int, dim: int, bound: float) -> Array:
     return jax.random.uniform(key, (num_arms, dim), jnp.float32, -bound, bound)
 
@@ -119,6 +133,9 @@ def _linear_game(
     _check_sizes(num_arms, dim)
     check_positive("prior_var", prior_var)
     check_positive("arm_bound", arm_bound)
+    # the K x d arm features and the K means (held for the run, or drawn every round)
+    _check_instance_memory(f"num_arms = {num_arms}, dim = {dim}", num_arms * (dim + 1) + dim,
+                           f"one seed's {num_arms:,} x {dim} arm features")
 
     def init(key: Array) -> dict[str, Array]:
         k_theta, k_arms = jax.random.split(key)
@@ -189,6 +206,13 @@ def _pool_game(
             f"num_candidates: expected >= num_arms = {num_arms}, got {num_candidates}")
     if instance_seed is not None:
         check_int("instance_seed", instance_seed, low=0, high=2**32 - 1)
+    # init holds the N x d pool, its image under the mean function and a square of it (the
+    # quadratic game's N x d, the neural game's N x 50 hidden units), G (d x d), the N means
+    # and a round's N uniforms
+    _check_instance_memory(f"num_candidates = {num_candidates}, dim = {dim}",
+                           num_candidates * (dim + 2 * max(dim, _POOL_HIDDEN[0]) + 2) + dim * dim,
+                           f"one seed's pool of {num_candidates:,} candidate arms of dimension "
+                           f"{dim}")
 
     def init(key: Array) -> dict[str, Array]:
         if instance_seed is not None:
@@ -343,7 +367,10 @@ def make_bandit_env(name: str, **kwargs: Any) -> BanditEnv:
     """Build a game by name (see the module docstring); ``kwargs`` go to its factory.
 
     Raises ``ValueError`` naming the argument for an unknown ``name``, fewer than 2 arms, a
-    non-positive dimension, or a missing ``data`` / ``model`` of the ``text`` game.
+    non-positive dimension, a missing ``data`` / ``model`` of the ``text`` game, or a game whose
+    one-seed instance cannot fit in device memory (``ValueError`` with the estimate: K (d + 1)
+    float32 values of arm features and means for the linear games, about N (3 d + 2) for a
+    pool of N candidates).
     """
     check_choice("name", name, tuple(_GAMES))
     return _GAMES[name](**kwargs)

@@ -257,7 +257,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         num_actions = _num_actions(args)
         matchups = _matchups(args, num_actions)
         per_seed = 16.0 * args.steps * len(num_actions) + 8.0 * math.prod(num_actions)
-    checkpoints = log_grid(args.steps, args.points)
+    try:
+        checkpoints = log_grid(args.steps, args.points)
+    except ValueError as err:
+        fail(str(err).replace(f"num = {args.points}", f"--points {args.points}"))
     part = min(args.seeds, args.seeds_per_part)
     try:
         check_memory(f"--seeds-per-part {args.seeds_per_part}", part * per_seed,

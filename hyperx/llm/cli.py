@@ -67,6 +67,23 @@ def _learning_rate(text: str) -> float:
     return value
 
 
+MAX_PPO_EPOCHS = 1000
+"""Largest ``--ppo-epochs``: the epochs of a batch run in one compiled call, which neither the
+progress bar nor Ctrl-C can reach until it returns (PPO uses 1 to 10)."""
+WARMUP_BATCH, EVAL_BATCH = 64, 256
+"""The batch sizes of the supervised warm-up and of the greedy evaluations."""
+
+
+def _ppo_epochs(text: str) -> int:
+    """``--ppo-epochs``: an integer in [1, :data:`MAX_PPO_EPOCHS`]."""
+    value = positive_int(text)
+    if value > MAX_PPO_EPOCHS:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer in [1, {MAX_PPO_EPOCHS}] (optimiser steps on each batch, "
+            f"run in one compiled call that Ctrl-C cannot stop; PPO uses 1 to 10), got {text!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``hyperx llm``."""
     from hyperx.llm.tasks import REWARDS, TASKS
@@ -93,7 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="numeric path of the sampler")
     parser.add_argument("--lag", type=non_negative_int, default=0,
                         help="the sampler's parameters are LAG updates stale")
-    parser.add_argument("--ppo-epochs", type=positive_int, default=1, help="steps per batch")
+    parser.add_argument("--ppo-epochs", type=_ppo_epochs, default=1,
+                        help=f"optimiser steps per batch, at most {MAX_PPO_EPOCHS}")
     parser.add_argument("--warmup-steps", type=non_negative_int, default=600,
                         help="supervised warm-up steps before RL")
     parser.add_argument("--d-model", type=positive_int, default=64, help="transformer width")
@@ -151,13 +169,66 @@ def _build(args: argparse.Namespace, task):
             fail(f"--hf-path: the model's vocabulary ({train_lm.vocab_size}) is smaller than "
                  f"the task's ({task.tokenizer.vocab_size})")
         return train_lm, rollout_lm, params
-    try:
-        module, params = rl.make_policy(task, d_model=args.d_model, num_layers=args.layers,
-                                        num_heads=args.heads, seed=args.seed)
-    except ValueError as err:
-        fail(f"--d-model/--heads: {err}")
+    module, params = rl.make_policy(  # sizes already checked by _module and _check_sizes
+        task, d_model=args.d_model, num_layers=args.layers, num_heads=args.heads,
+        seed=args.seed)
     train_lm, rollout_lm = rl.transformer_lms(module, args.rollout_dtype)
     return train_lm, rollout_lm, params
+
+
+def _module(args: argparse.Namespace, task: Task):
+    """The built-in policy's module (no parameters); its sizes fail as options."""
+    from hyperx.llm import train as rl
+
+    try:
+        return rl.policy_module(task, d_model=args.d_model, num_layers=args.layers,
+                                num_heads=args.heads)
+    except ValueError as err:
+        fail(f"--d-model/--heads: {err}")
+
+
+def _check_sizes(args: argparse.Namespace, task: Task, train_lm: LanguageModel,
+                 rollout_lm: LanguageModel, params: Any) -> None:
+    """Fail in one line when the run cannot fit in device memory, from shapes only: the
+    parameters with their gradient, Adam's moments, the sampler's copy and ``--lag`` stale
+    copies (:func:`~hyperx.llm.train.param_memory_bytes`), then with the largest batch of the
+    run (:func:`~hyperx.llm.train.batch_memory_bytes`): an RL step of ``--prompts`` x
+    ``--group-size`` responses, a warm-up step of 64 sequences (with the warm-up's per-step
+    keys and losses) or an evaluation of 256."""
+    import math
+
+    import jax
+
+    from hyperx._validation import check_memory, device_memory_bytes
+    from hyperx.llm import train as rl
+
+    available = device_memory_bytes()
+    count = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    model = (f"--hf-path {args.hf_path}" if args.hf_path is not None
+             else f"--d-model {args.d_model}, --layers {args.layers}")
+    length = task.prompt_len + task.answer_len + 2
+    weights = rl.param_memory_bytes(params, args.lag)
+    responses = args.prompts * args.group_size
+    batches = {
+        "an RL step": max(rl.batch_memory_bytes(train_lm, task, responses),
+                          rl.batch_memory_bytes(rollout_lm, task, responses, train=False)),
+        f"a warm-up step of {WARMUP_BATCH}": rl.batch_memory_bytes(
+            train_lm, task, WARMUP_BATCH, extra_tokens=0) + 12 * args.warmup_steps,
+        f"an evaluation of {EVAL_BATCH}": rl.batch_memory_bytes(train_lm, task, EVAL_BATCH,
+                                                                train=False),
+    }
+    what, batch = max(batches.items(), key=lambda item: item[1])
+    try:
+        check_memory(model + (f", --lag {args.lag}" if args.lag else ""), weights, available,
+                     f"device memory for the policy's {count:,} parameters with their "
+                     "gradient, Adam's moments and the sampler's copies")
+        check_memory(f"--task {args.task} --difficulty {args.difficulty} ({length:,} tokens "
+                     f"per sequence), --prompts {args.prompts} x --group-size "
+                     f"{args.group_size}", weights + batch, available,
+                     f"device memory for the parameters and {what}'s cache, logits and "
+                     "activations")
+    except ValueError as err:
+        fail(str(err))
 
 
 class Carry(NamedTuple):
@@ -237,6 +308,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         task = Task(args.task, args.difficulty, reward_type=args.reward)
     except ValueError as err:
         fail(f"--difficulty: {err}")
+    if args.hf_path is None:  # sizes before --out is touched (a loaded model: after _build)
+        module = _module(args, task)
+        shapes = jax.eval_shape(module.init, jax.random.key(0),
+                                jax.ShapeDtypeStruct((1, task.prompt_len), np.int32))
+        _check_sizes(args, task, *rl.transformer_lms(module, args.rollout_dtype), shapes)
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
     out, manifest = prepare_out(args.out, "llm", settings, resume=args.resume,
                                 overwrite=args.overwrite, outputs=OUTPUTS)
@@ -252,6 +328,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                          lr_schedule=args.lr_schedule, ppo_epochs=args.ppo_epochs)
     start = time.perf_counter()
     train_lm, rollout_lm, params = _build(args, task)
+    if args.hf_path is not None:
+        _check_sizes(args, task, train_lm, rollout_lm, params)
     key = jax.random.key(args.seed)
     trainer = rl.make_trainer(train_lm, rollout_lm, task, config)
     path = out / "metrics.csv"

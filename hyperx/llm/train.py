@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from hyperx._validation import check_choice, check_int, check_positive
+from hyperx._validation import (
+    check_choice,
+    check_int,
+    check_memory,
+    check_positive,
+    device_memory_bytes,
+    tree_bytes,
+)
 from hyperx.llm.baselines import (
     dr_grpo_advantages,
     grpo_advantages,
@@ -75,9 +83,10 @@ from hyperx.llm.tasks import Task
 from hyperx.llm.transformer import Transformer
 
 __all__ = ["ADVANTAGES", "CORRECTIONS", "Batch", "ObjectiveConfig", "RLConfig", "Rollout",
-           "Scores", "TrainState", "Trainer", "advance_key", "cast_params", "compare",
-           "correction_preset", "evaluate", "group_advantages", "last_token_rewards",
-           "make_optimizer", "make_policy", "make_trainer", "supervised_warmup", "train",
+           "Scores", "TrainState", "Trainer", "advance_key", "batch_memory_bytes",
+           "cast_params", "compare", "correction_preset", "evaluate", "group_advantages",
+           "last_token_rewards", "make_optimizer", "make_policy", "make_trainer",
+           "param_memory_bytes", "policy_module", "supervised_warmup", "train",
            "transformer_lms"]
 
 ADVANTAGES = ("grpo", "dr_grpo", "rloo", "otb")
@@ -265,12 +274,11 @@ def transformer_lms(module, rollout_dtype: str) -> tuple[LanguageModel, Language
     return train_lm, transformer_lm(module.clone(dtype=jnp.bfloat16))
 
 
-def make_policy(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
-                seed: int = 0, extra_tokens: int = 2, moe: MoEConfig | None = None,
-                moe_layers: tuple[int, ...] | None = None):
-    """A float32 :class:`Transformer` sized for ``task`` (``max_len = P + A + extra_tokens``,
-    SwiGLU width ``2 d_model``; ``moe`` / ``moe_layers``: mixture-of-experts blocks, see
-    :class:`Transformer`) and its initial parameters from ``seed``."""
+def policy_module(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
+                  extra_tokens: int = 2, moe: MoEConfig | None = None,
+                  moe_layers: tuple[int, ...] | None = None) -> Transformer:
+    """The float32 :class:`Transformer` of :func:`make_policy`, without parameters (sizes
+    checked; ``jax.eval_shape(module.init, ...)`` then gives their shapes for free)."""
     for name, value in (("d_model", d_model), ("num_layers", num_layers),
                         ("num_heads", num_heads)):
         check_int(name, value)
@@ -278,12 +286,77 @@ def make_policy(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads
     if d_model % num_heads:
         raise ValueError(f"d_model: expected a multiple of num_heads = {num_heads}, "
                          f"got {d_model}")
-    module = Transformer(vocab_size=task.tokenizer.vocab_size, d_model=d_model,
-                         num_layers=num_layers, num_heads=num_heads, mlp_hidden=2 * d_model,
-                         max_len=task.prompt_len + task.answer_len + extra_tokens, moe=moe,
-                         moe_layers=moe_layers)
+    return Transformer(vocab_size=task.tokenizer.vocab_size, d_model=d_model,
+                       num_layers=num_layers, num_heads=num_heads, mlp_hidden=2 * d_model,
+                       max_len=task.prompt_len + task.answer_len + extra_tokens, moe=moe,
+                       moe_layers=moe_layers)
+
+
+def make_policy(task: Task, *, d_model: int = 64, num_layers: int = 2, num_heads: int = 4,
+                seed: int = 0, extra_tokens: int = 2, moe: MoEConfig | None = None,
+                moe_layers: tuple[int, ...] | None = None):
+    """A float32 :class:`Transformer` sized for ``task`` (``max_len = P + A + extra_tokens``,
+    SwiGLU width ``2 d_model``; ``moe`` / ``moe_layers``: mixture-of-experts blocks, see
+    :class:`Transformer`) and its initial parameters from ``seed``. Raises ``ValueError`` with
+    the estimate when the parameters with their gradient and Adam's moments
+    (:func:`param_memory_bytes`) cannot fit in device memory, before initialising them."""
+    module = policy_module(task, d_model=d_model, num_layers=num_layers, num_heads=num_heads,
+                           extra_tokens=extra_tokens, moe=moe, moe_layers=moe_layers)
     tokens = jnp.zeros((1, task.prompt_len), jnp.int32)
+    shapes = jax.eval_shape(module.init, jax.random.key(seed), tokens)
+    check_memory(f"d_model = {d_model}, num_layers = {num_layers}", param_memory_bytes(shapes),
+                 device_memory_bytes(), f"device memory for the policy's "
+                 f"{sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(shapes)):,} "
+                 "float32 parameters with their gradient, Adam's two moments and the "
+                 "sampler's bfloat16 copy")
     return module, jax.jit(module.init)(jax.random.key(seed), tokens)
+
+
+def param_memory_bytes(params: Any, lag: int = 0) -> int:
+    """Estimated device bytes of training ``params`` (arrays or ``jax.eval_shape`` shapes):
+    the weights, one gradient and Adam's two moments (4 copies), a bfloat16 copy for the sampler
+    and ``lag`` stale copies (:attr:`RLConfig.lag`)."""
+    nbytes = tree_bytes(params)
+    return int(nbytes * (4.5 + lag))
+
+
+def batch_memory_bytes(lm: LanguageModel, task: Task, batch: int, *, extra_tokens: int = 2,
+                       train: bool = True) -> int:
+    """Estimated device bytes of one batch of ``batch`` sequences of ``L = P + A +
+    extra_tokens`` positions (``task.prompt_len``, ``task.answer_len``), from shapes only.
+
+    Counted: the sampler's KV cache (``jax.eval_shape`` of ``lm.init_cache(batch, L)``) and
+    float32 logits ``[batch, L, V]``. Without ``train`` (sampling) also one layer's float32
+    attention scores of the prompt's prefill ``[batch, heads, P, L]``. With ``train`` instead
+    what the teacher-forced forward keeps for the backward pass: the logits three more times
+    (their log-softmax and both gradients), 8 float32 activations per cached key/value entry
+    (the blocks' inputs, norms, projections and MLP) and the float32 attention probabilities
+    ``[layers, batch, heads, L, L]`` (layers x heads read from the cache's
+    ``[..., L, heads, d_head]`` leaves). Parameters are not counted
+    (:func:`param_memory_bytes`). An estimate: XLA may keep less or more temporaries.
+    """
+    check_int("batch", batch, high=2**62)
+    length = task.prompt_len + task.answer_len + extra_tokens
+    logits = 4 * batch * length * lm.vocab_size
+    cache = jax.eval_shape(lambda: lm.init_cache(batch, length))
+    kv = [leaf for leaf in jax.tree.leaves(cache) if len(leaf.shape) >= 4]
+    nbytes = tree_bytes(cache) + logits
+    if not kv:
+        return int(nbytes)
+    if not train:  # the prompt's prefill: one layer's [batch, heads, P, L] scores
+        return int(nbytes + 4 * max(math.prod(leaf.shape[-4:-1]) for leaf in kv)
+                   * task.prompt_len)
+    values = sum(math.prod(leaf.shape) for leaf in kv)
+    rows = sum(math.prod(leaf.shape[:-1]) for leaf in kv) // 2  # layers x batch x L x heads
+    return int(nbytes + 3 * logits + 4 * 8 * values + 4 * rows * length)
+
+
+def _check_batch_memory(name: str, lm: LanguageModel, task: Task, batch: int,
+                        extra_tokens: int, train: bool, what: str) -> None:
+    check_memory(name, batch_memory_bytes(lm, task, batch, extra_tokens=extra_tokens,
+                                          train=train),
+                 device_memory_bytes(), f"device memory for {what} ({batch:,} sequences of "
+                 f"{task.prompt_len + task.answer_len + extra_tokens:,} tokens)")
 
 
 def make_optimizer(config: RLConfig) -> optax.GradientTransformationExtraArgs:
@@ -349,12 +422,16 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
 
     ``train_lm`` computes in float32; ``rollout_lm`` is the same architecture computing in
     ``config.rollout_dtype`` (for float32 pass ``train_lm`` twice). Both take the same params.
+    Raises ``ValueError`` with the estimate when one step's batch of ``G N`` responses
+    (:func:`batch_memory_bytes`) cannot fit in device memory.
     """
     if not isinstance(config, RLConfig):
         raise TypeError("config: expected an RLConfig")
     optimizer = make_optimizer(config)
     g, n = config.prompts_per_step, config.group_size
     t_max = task.answer_len + config.extra_tokens
+    _check_batch_memory(f"prompts_per_step x group_size = {g} x {n}", train_lm, task, g * n,
+                        config.extra_tokens, True, "one RL step")
     tau = config.temperature
     need_logits = config.correction.trm_kl is not None
     eos = task.tokenizer.eos_id
@@ -467,19 +544,28 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
                               rollout_log_prob=batch.rollout.log_probs,
                               response_mask=mask)["k3_kl"]
 
-        def epoch(carry, _):
-            params, opt_state = carry
+        def step(params, opt_state):
             (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
                 params, batch, scores, adv)
             updates, opt_state = optimizer.update(grads, opt_state, params,
                                                   mean_length=mean_length, mismatch_kl=k3)
             metrics = {**metrics, "grad_norm": optax.tree.norm(grads),
                        "update_norm": optax.tree.norm(updates)}
-            return (optax.apply_updates(params, updates), opt_state), metrics
+            return optax.apply_updates(params, updates), opt_state, metrics
 
-        (params, opt_state), metrics = jax.lax.scan(
-            epoch, (state.params, state.opt_state), None, length=config.ppo_epochs)
-        metrics = {k: v[0] for k, v in metrics.items()}  # as measured before the first step
+        def epoch(carry, _):
+            # the metrics as measured before the first step ride in the carry, so memory does
+            # not grow with ppo_epochs (stacked scan outputs did: 200 GB for 2^31 epochs)
+            params, opt_state, first, i = carry
+            params, opt_state, metrics = step(params, opt_state)
+            first = jax.tree.map(lambda a, b: jnp.where(i == 0, b, a), first, metrics)
+            return (params, opt_state, first, i + 1), None
+
+        like = jax.eval_shape(step, state.params, state.opt_state)[2]
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), like)
+        (params, opt_state, metrics, _), _ = jax.lax.scan(
+            epoch, (state.params, state.opt_state, zeros, jnp.int32(0)), None,
+            length=config.ppo_epochs)
         # How far this batch's update moved the policy on its own tokens: the k3 estimate of
         # KL(pi_old || pi_new), and the PPO clip fraction the next epoch would have seen.
         new_logits, new_stats = forward(params, batch)
@@ -647,9 +733,16 @@ def supervised_warmup(lm: LanguageModel, params, task: Task, key: jax.Array, *, 
                       ) -> tuple[Any, jax.Array]:
     """Teacher-forced cross-entropy on ``prompt + answer`` (answer tokens and EOS only), so RL
     starts from a competent policy. ``steps`` Adam steps in ONE jitted ``lax.scan``; fresh task
-    samples each step. Returns the parameters and the per-step loss ``[steps]``."""
+    samples each step. Returns the parameters and the per-step loss ``[steps]``. Raises
+    ``ValueError`` with the estimate when a batch (:func:`batch_memory_bytes`) cannot fit in
+    device memory."""
     check_positive("steps", steps)
     check_positive("batch_size", batch_size)
+    # a step's batch, plus the per-step keys and losses of the one scan
+    check_memory(f"steps = {steps}, batch_size = {batch_size}",
+                 batch_memory_bytes(lm, task, batch_size, extra_tokens=0) + 12 * steps,
+                 device_memory_bytes(), f"device memory for {steps:,} warm-up steps of "
+                 f"{batch_size:,} sequences of {task.prompt_len + task.answer_len:,} tokens")
     tx = optax.adam(learning_rate)
 
     def loss(p, prompts, answers):
@@ -674,8 +767,11 @@ def supervised_warmup(lm: LanguageModel, params, task: Task, key: jax.Array, *, 
 
 def evaluate(lm: LanguageModel, params, task: Task, key: jax.Array, n: int = 256, *,
              greedy: bool = True, extra_tokens: int = 2) -> jax.Array:
-    """Mean reward of ``n`` fresh prompts answered by ``lm`` (greedy by default), float32."""
+    """Mean reward of ``n`` fresh prompts answered by ``lm`` (greedy by default), float32.
+    Raises ``ValueError`` with the estimate when the ``n`` sequences' KV cache and logits
+    (:func:`batch_memory_bytes` with ``train=False``) cannot fit in device memory."""
     check_positive("n", n)
+    _check_batch_memory(f"n = {n}", lm, task, n, extra_tokens, False, "an evaluation")
     return _evaluate(lm, params, task, key, n, greedy, extra_tokens)
 
 

@@ -10,7 +10,7 @@ Unif(-1/sqrt(5), 1/sqrt(5))^d fixed per seed, N(0, 1) noise; learners' prior N(0
 200 seeds each (common random numbers: seed s is the same game for every learner);
 M in {1, 2, 4, 8, 16, 32, 64} for the gaussian and coordinate indices and M in {4, 16, 64} for
 sphere, scaled_sphere, cube and one_hot. Every cell is one compiled run of all seeds
-(:func:`hyperx.experiment.run_bandit`). For each (size, index) the script reports the smallest
+(:func:`hyperx.bandits.runner.run_bandit`). For each (size, index) the script reports the smallest
 M whose mean final regret is within 10% of exact TS's, and for the first size it puts the
 reference implementation's numbers (Li et al., *Scalable Exploration via Ensemble++*,
 arXiv:2407.13195; the authors' NumPy code, 200 seeds, mean +- sd) beside ours.
@@ -39,8 +39,8 @@ import jax
 import numpy as np
 
 from hyperx.bandits.linear import ensemble_pp, exact_ts, linucb
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import russo
-from hyperx.experiment import run_bandit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = {"d50_k1000": (50, 1000, 1000), "d100_k10000": (100, 10_000, 2000)}

@@ -22,7 +22,7 @@ exploration knob gets the small grid of :data:`GRIDS`; the point with the lowest
 regret on the held-out tuning seeds is then run on the evaluation seeds. Uniform play has no
 knob. One code path (:func:`run_cell`) does this for every learner alike.
 
-Every run is one compiled ``lax.scan`` vmapped over seeds (hyperx.experiment.run_bandit), with
+Every run is one compiled ``lax.scan`` vmapped over seeds (hyperx.bandits.runner.run_bandit), with
 common random numbers: seed s is the same problem for every learner.
 
 Resumable cells. Each (game, learner) cell is written, when it finishes, to
@@ -74,8 +74,8 @@ from hyperx.bandits.base import Learner
 from hyperx.bandits.baselines import uniform_random
 from hyperx.bandits.neural import NEURAL_LEARNERS, PRESETS, neural_learner
 from hyperx.bandits.neural_core import NeuralConfig
+from hyperx.bandits.runner import BanditResult, run_bandit
 from hyperx.envs.bandits import BanditEnv, make_bandit_env
-from hyperx.experiment import BanditResult, run_bandit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GAMES = ("quadratic", "neural_regression", "neural_classification")

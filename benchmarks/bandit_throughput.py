@@ -3,7 +3,7 @@
 For exact Thompson sampling and linear Ensemble++ (gaussian index, M = 16) on Russo & Van Roy's
 game at the two sizes of the ensemble-size study (d = 50, K = 1000 and d = 100, K = 10,000):
 
-- ``jax``: seed-rounds per second of :func:`hyperx.experiment.run_bandit` (seeds vmapped in
+- ``jax``: seed-rounds per second of :func:`hyperx.bandits.runner.run_bandit` (seeds vmapped in
   one compiled ``lax.scan``; compile time excluded, reported separately), both with every seed
   in one pass (``jax_one_pass``) and with the default cache-sized seed groups (``jax``: as many
   seeds per pass as fit in 4 MiB of run state, ``group_size="auto"``), and their ratio;
@@ -36,8 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyperx.bandits.linear import ensemble_pp, exact_ts
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import russo
-from hyperx.experiment import run_bandit
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = {"d50_k1000": (50, 1000), "d100_k10000": (100, 10_000)}

@@ -132,8 +132,8 @@ def profile_step(agent: str, size: int, steps: int, seeds: int, reps: int) -> di
 
     from hyperx.agents import get_config
     from hyperx.agents.deepsea import initial_carry, make_program
-    from hyperx.experiment import run_scan
     from hyperx.index import make_index
+    from hyperx.loop import run_scan
     from hyperx.losses import double_q_targets, perturbed_value_loss
     from hyperx.replay import make_replay_buffer
 

@@ -7,7 +7,7 @@ Launched by tests/test_distributed.py, once per process::
 
 With ``--num-processes 1`` it is the one-process reference (no ``jax.distributed``). Every
 process runs the same program on all processes' devices (``jax.devices()``) through the
-library's entry points, :func:`hyperx.experiment.run_bandit` and
+library's entry points, :func:`hyperx.bandits.runner.run_bandit` and
 :func:`hyperx.agents.deepsea.train_deepsea`, and writes what it got back to ``FILE`` (JSON).
 Importing hyperx starts no JAX backend, so the imports may come before
 ``jax.distributed.initialize()``; the first computation must come after it.
@@ -23,8 +23,8 @@ import jax
 from hyperx.agents import get_config
 from hyperx.agents.deepsea import train_deepsea
 from hyperx.bandits.baselines import epsilon_greedy
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import make_bandit_env
-from hyperx.experiment import run_bandit
 
 BANDIT = {"horizon": 50, "num_seeds": 8, "seed": 7}
 DEEPSEA = {"size": 6, "num_episodes": 50, "num_seeds": 8, "seed": 3}

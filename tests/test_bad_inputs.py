@@ -219,11 +219,11 @@ PYTHON_CASES = [
                                  (2, -3)))(
          _linear("exact_posterior", noise_std=1.0)), "shape: expected an integer in [0,"),
     ("run_bandit(horizon=2**31)",
-     lambda: __import__("hyperx.experiment", fromlist=["x"]).run_bandit(
+     lambda: __import__("hyperx.bandits.runner", fromlist=["x"]).run_bandit(
          __import__("hyperx.envs.bandits", fromlist=["x"]).russo(3, 4),
          _bandits()[1].uniform_random(), horizon=2**31), "int32 range"),
     ("run_bandit(update_every > horizon)",
-     lambda: __import__("hyperx.experiment", fromlist=["x"]).run_bandit(
+     lambda: __import__("hyperx.bandits.runner", fromlist=["x"]).run_bandit(
          __import__("hyperx.envs.bandits", fromlist=["x"]).russo(3, 4),
          _bandits()[1].uniform_random(), horizon=5, update_every=9),
      "update_every: expected < horizon = 5"),
@@ -666,10 +666,10 @@ MEMORY_PYTHON_CASES = [
                                      Task("reverse", 100000), jax.random.key(0), steps=3),
      "steps = 3, batch_size = 64: needs an estimated"),
     ("log_grid(2**31 - 1, 2**31 - 1)",
-     lambda: __import__("hyperx.experiment", fromlist=["x"]).log_grid(2**31 - 1, 2**31 - 1),
+     lambda: __import__("hyperx.loop", fromlist=["x"]).log_grid(2**31 - 1, 2**31 - 1),
      "num = 2147483647: needs an estimated 68.7 GB of host memory"),
     ("run_bandit(num_seeds=2**31 - 1)",
-     lambda: __import__("hyperx.experiment", fromlist=["x"]).run_bandit(
+     lambda: __import__("hyperx.bandits.runner", fromlist=["x"]).run_bandit(
          __import__("hyperx.envs.bandits", fromlist=["x"]).russo(3, 4),
          _bandits()[1].uniform_random(), horizon=10, num_seeds=2**31 - 1),
      "num_seeds = 2147483647: needs an estimated"),
@@ -731,7 +731,7 @@ def test_an_epoch_count_is_bounded_on_the_command_line(capsys):
 
 def test_more_points_than_rounds_record_every_round():
     # `hyperx bandit --points 2147483647` was a 16 GB NumPy MemoryError: now every round
-    from hyperx.experiment import log_grid
+    from hyperx.loop import log_grid
 
     np.testing.assert_array_equal(log_grid(500, 2**31 - 1), np.arange(1, 501))
     args = build_parser().parse_args(["bandit", "--points", "2147483647", "--out", "x"])

@@ -21,7 +21,7 @@ import pytest
 
 from hyperx.agents import get_config
 from hyperx.agents.deepsea import train_deepsea
-from hyperx.experiment import to_host
+from hyperx.loop import to_host
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
 ROOT = WORKER.parents[1]

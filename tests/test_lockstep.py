@@ -6,8 +6,8 @@ import numpy as np
 
 from hyperx.bandits.neural import neural_learner
 from hyperx.bandits.neural_core import NeuralConfig
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import make_bandit_env
-from hyperx.experiment import run_bandit
 from hyperx.lockstep import lockstep_cond
 
 

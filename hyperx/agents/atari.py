@@ -1,5 +1,5 @@
 """Train a value-based agent on Atari: the whole loop (XLA env step, act, store, update, target
-sync) in one compiled ``lax.scan``, run in chunks through :func:`hyperx.experiment.run_scan`.
+sync) in one compiled ``lax.scan``, run in chunks through :func:`hyperx.loop.run_scan`.
 
 One pool of ``seeds x envs_per_seed`` games (:mod:`hyperx.envs.atari`) serves every seed: an
 env handle cannot be vmapped, so the pool's batch axis is split into seeds, and the agents
@@ -51,7 +51,7 @@ from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.atari_replay import make_frame_replay, replay_bytes
 from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
-from hyperx.experiment import run_scan, shard_leading_axis
+from hyperx.loop import run_scan, shard_leading_axis
 
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}

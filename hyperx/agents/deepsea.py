@@ -1,5 +1,5 @@
 """Train a value-based agent on DeepSea: one compiled ``lax.scan`` over env steps, ``vmap`` over
-seeds and action mappings (PureJaxRL style), through :func:`hyperx.experiment.run_scan`.
+seeds and action mappings (PureJaxRL style), through :func:`hyperx.loop.run_scan`.
 
 DeepSea (Osband et al., bsuite, ICLR 2020) episodes are exactly N steps, so episode ``e`` ends
 at step ``(e + 1) N - 1`` for every seed at once: per-episode returns and bad-episode flags are
@@ -49,7 +49,7 @@ from hyperx.agents.api import run_key, split_run_key, step_keys
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
 from hyperx.envs import deepsea
-from hyperx.experiment import run_scan, shard_leading_axis, to_host
+from hyperx.loop import run_scan, shard_leading_axis, to_host
 
 Array = jax.Array
 
@@ -111,7 +111,7 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 class DeepSeaProgram(NamedTuple):
     """A compiled-once training program: ``init(keys, mappings) -> TrainCarry`` (jitted) and
-    the batched ``step(carry, t)`` for :func:`hyperx.experiment.run_scan`."""
+    the batched ``step(carry, t)`` for :func:`hyperx.loop.run_scan`."""
 
     agent: Agent
     size: int
@@ -238,13 +238,13 @@ def train_deepsea(
       on_chunk: called with the carry after each chunk (before its checkpoint), e.g. to write
         the episodes finished so far.
       devices: spread the seeds over these devices (``num_seeds`` a multiple of their number)
-        on a 1-D mesh ``"runs"`` (:func:`hyperx.experiment.shard_leading_axis`); default:
+        on a 1-D mesh ``"runs"`` (:func:`hyperx.loop.shard_leading_axis`); default:
         everything on the default device. Seed s is keyed as without devices (on CPU, four
         devices of two processes give the one-device numbers bit for bit:
         tests/test_distributed.py). On several hosts, call ``jax.distributed.initialize()`` in
         every process first and pass ``jax.devices()`` (all processes' devices): every
         process runs this call, the returned arrays are gathered onto every process
-        (:func:`hyperx.experiment.to_host`) and ``on_chunk`` gets the sharded carry (gather
+        (:func:`hyperx.loop.to_host`) and ``on_chunk`` gets the sharded carry (gather
         what it writes with ``to_host``, in every process). ``checkpoint_dir`` is refused
         there (the checkpoint's checksum reads the whole carry in one process).
 

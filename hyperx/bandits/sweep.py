@@ -14,7 +14,7 @@ is a comma-separated list of ``NAME[:KEY=VALUE,...]`` (names and options:
 :mod:`hyperx.bandits.registry`, or ``hyperx bandit --list-agents``); the same name may appear
 with different options.
 ``--update-every B`` gives batched / delayed feedback. Every agent runs all seeds in compiled,
-vmapped ``lax.scan`` calls (:func:`hyperx.experiment.run_bandit`) with common random numbers:
+vmapped ``lax.scan`` calls (:func:`hyperx.bandits.runner.run_bandit`) with common random numbers:
 seed s draws the same game instance for every agent.
 
 Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
@@ -289,7 +289,8 @@ def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict
     """Everything :func:`run_from_args` checks before it touches ``--out`` (one-line errors,
     exit status 2): the options, the game, the agents and every size estimate. Returns the
     game, the agents and the checkpoints."""
-    from hyperx.experiment import check_run_memory, log_grid
+    from hyperx.bandits.runner import check_run_memory
+    from hyperx.loop import log_grid
 
     check_out_usable(args.out)  # first: the disk estimate below reads the filesystem of --out
     env = _make_env(args)
@@ -313,7 +314,7 @@ def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
-    from hyperx.experiment import run_bandit
+    from hyperx.bandits.runner import run_bandit
 
     env, agents, checkpoints = check_args(args)
     settings = {key: getattr(args, key) for key in SETTINGS}

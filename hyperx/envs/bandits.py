@@ -118,7 +118,7 @@ def _check_sizes(num_arms: int, dim: int) -> None:
 def _check_instance_memory(name: str, values: int, what: str) -> None:
     """Refuse a game whose one-seed instance (``values`` float32 numbers) cannot fit in device
     memory, when it is built and before anything is allocated (a run of many seeds is then
-    sized by :func:`hyperx.experiment.run_bandit`)."""
+    sized by :func:`hyperx.bandits.runner.run_bandit`)."""
     check_memory(name, 4 * values, device_memory_bytes(), f"device memory for {what}")
 
 

@@ -236,7 +236,7 @@ def _run_part(args, num_actions, text: str, program, start: int, stop: int,
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the games described by parsed ``args`` and write the outputs (module docstring)."""
-    from hyperx.experiment import log_grid
+    from hyperx.loop import log_grid
 
     routing = args.game == "sioux_falls"
     if args.noise is None:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.baselines import uniform_random
 from hyperx.bandits.glm import LaplaceState, laplace_step, logistic_ts
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import logistic
-from hyperx.experiment import run_bandit
 
 KEY = jax.random.PRNGKey(0)
 

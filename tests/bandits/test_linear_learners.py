@@ -6,8 +6,8 @@ import pytest
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.baselines import epsilon_greedy
 from hyperx.bandits.linear import direct_widths, ensemble_pp, exact_ts, linucb
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import russo
-from hyperx.experiment import run_bandit
 
 KEY = jax.random.PRNGKey(0)
 

@@ -23,8 +23,8 @@ from hyperx.bandits.neural import (
     neural_ucb,
 )
 from hyperx.bandits.neural_core import NeuralConfig, make_neural_learner, neural_loss
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import make_bandit_env
-from hyperx.experiment import run_bandit
 
 SMALL = NeuralConfig(hidden=(16, 16), learning_rate=3e-3, batch_size=16, learning_starts=16)
 # A small quadratic game (d = 5, 10 of 100 candidates per round, mean gaps ~1 against noise

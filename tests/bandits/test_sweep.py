@@ -85,7 +85,7 @@ def test_interrupted_sweep_keeps_finished_parts_and_resume_completes_it(tmp_path
     """Killed in its third of four parts (2 agents x 2 blocks of seeds): the two finished parts
     are on disk; the same command with --resume runs only the two missing ones and ends with a
     regret.csv byte-identical to an uninterrupted run's."""
-    import hyperx.experiment as experiment
+    import hyperx.bandits.runner as experiment
 
     full = _run(tmp_path, "full", "--seeds-per-part", "2")
     real, calls = experiment.run_bandit, []

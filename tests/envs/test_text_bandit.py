@@ -14,9 +14,9 @@ import pytest  # noqa: E402
 transformers = pytest.importorskip("transformers")
 
 from hyperx.bandits.linear import exact_ts  # noqa: E402
+from hyperx.bandits.runner import run_bandit  # noqa: E402
 from hyperx.envs import make_bandit_env  # noqa: E402
 from hyperx.envs import text_bandit as tb  # noqa: E402
-from hyperx.experiment import run_bandit  # noqa: E402
 
 BENIGN = ["have a nice day", "the weather is lovely", "thanks for the help", "see you soon",
           "great game last night", "I like this song"]

@@ -1,3 +1,5 @@
+"""The bandit regret runner: regret bounds, seeds and groups, grids, sharding."""
+
 import json
 import os
 import subprocess
@@ -5,7 +7,6 @@ import sys
 import textwrap
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -13,8 +14,9 @@ from hypothesis import strategies as st
 
 from hyperx.bandits.baselines import epsilon_greedy, uniform_random
 from hyperx.bandits.linear import ensemble_pp, exact_ts
+from hyperx.bandits.runner import run_bandit
 from hyperx.envs.bandits import make_bandit_env
-from hyperx.experiment import log_grid, run_bandit, run_scan
+from hyperx.loop import log_grid
 
 pytest.importorskip("sklearn")
 
@@ -30,27 +32,6 @@ LEARNERS = {
     "per_arm": epsilon_greedy(0.1, mean="per_arm"),
 }
 HORIZON = 40
-
-
-def test_log_grid_by_hand():
-    np.testing.assert_array_equal(log_grid(1000, 4), [1, 10, 100, 1000])
-    np.testing.assert_array_equal(log_grid(1), [1])
-    grid = log_grid(777, 30)
-    assert grid[0] == 1 and grid[-1] == 777 and np.all(np.diff(grid) > 0)
-
-
-def test_run_scan_chunks_and_padding_match_one_scan():
-    def step(c, t):
-        return c + t, 2 * t
-
-    calls = []
-    whole = run_scan(step, jnp.int32(0), 10)
-    chunked = run_scan(step, jnp.int32(0), 10, chunk_size=4,
-                       progress=lambda done, total: calls.append((done, total)))
-    assert int(whole.carry) == int(chunked.carry) == 45
-    np.testing.assert_array_equal(whole.outputs, np.arange(10) * 2)
-    np.testing.assert_array_equal(chunked.outputs, np.arange(10) * 2)
-    assert calls == [(4, 10), (8, 10), (10, 10)]
 
 
 def _russo_means(seed, s):
@@ -203,7 +184,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
     import numpy as np
     from hyperx.bandits.baselines import epsilon_greedy
     from hyperx.envs.bandits import make_bandit_env
-    from hyperx.experiment import run_bandit
+    from hyperx.bandits.runner import run_bandit
     env = make_bandit_env("russo", dim=3, num_arms=5)
     learner = epsilon_greedy(0.1)
     kw = dict(horizon=30, num_seeds=6, seed=11)

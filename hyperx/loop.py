@@ -1,0 +1,150 @@
+"""The compiled loop every trainer runs: ``lax.scan`` over steps in chunks, and its host side.
+
+:func:`run_scan` compiles ``lax.scan(step_fn)`` over ``num_steps`` steps, in chunks of
+``chunk_size`` so a progress callback (or logging, checkpoints) can run between compiled
+chunks. The chunk function is compiled once; a final partial chunk is padded with skipped steps
+(the step is wrapped in ``lax.cond(t < num_steps, ...)``), so nothing else is recompiled. Any
+loop whose state is a pytree uses it: the bandit runs (:func:`hyperx.bandits.runner.run_bandit`),
+the DeepSea and Atari trainers (:mod:`hyperx.agents.deepsea`, :mod:`hyperx.agents.atari`).
+
+Beside it: :func:`shard_leading_axis` places a batch of runs over the devices of a 1-D mesh
+``"runs"``, :func:`to_host` gathers a (possibly multi-process) result to host NumPy, and
+:func:`log_grid` gives the log-spaced steps at which a long run records.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from hyperx._validation import check_int, check_memory, check_positive, host_memory_bytes
+
+__all__ = ["ScanResult", "log_grid", "run_scan", "shard_leading_axis", "to_host"]
+
+Array = jax.Array
+Carry = Any
+
+
+class ScanResult(NamedTuple):
+    """Final carry, stacked per-step outputs (host NumPy gathered from every process, leading
+    axis ``num_steps``), timings."""
+
+    carry: Carry
+    outputs: Any
+    compile_time_s: float
+    run_time_s: float
+
+
+def run_scan(
+    step_fn: Callable[[Carry, Array], tuple[Carry, Any]], carry: Carry, num_steps: int, *,
+    chunk_size: int | None = None, progress: Callable[[int, int], None] | None = None,
+) -> ScanResult:
+    """Run ``carry, out = step_fn(carry, t)`` for t = 0..num_steps-1 as compiled scans.
+
+    Args:
+      step_fn: pure step; ``t`` is an int32 scalar shared by the whole batch.
+      carry: the initial pytree (its shardings are kept by the compiled chunks).
+      num_steps: number of steps.
+      chunk_size: steps per compiled call (default: all of them in one call).
+      progress: called as ``progress(steps_done, num_steps)`` after each chunk.
+    """
+    check_int("num_steps", num_steps)
+    chunk = num_steps if chunk_size is None else min(chunk_size, num_steps)
+    check_positive("chunk_size", chunk)
+    num_chunks = math.ceil(num_steps / chunk)
+    run_chunk = _chunk_fn(step_fn, num_steps, chunk)
+
+    start = time.perf_counter()
+    compiled = run_chunk.lower(carry, jnp.int32(0)).compile()
+    compile_time = time.perf_counter() - start
+
+    start = time.perf_counter()
+    outputs = []
+    for i in range(num_chunks):
+        carry, out = compiled(carry, jnp.int32(i * chunk))
+        outputs.append(to_host(out))
+        if progress is not None:
+            jax.block_until_ready(carry)
+            progress(min((i + 1) * chunk, num_steps), num_steps)
+    jax.block_until_ready(carry)
+    run_time = time.perf_counter() - start
+    stacked = jax.tree.map(lambda *xs: np.concatenate(xs)[:num_steps], *outputs)
+    return ScanResult(carry, stacked, compile_time, run_time)
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_fn(step_fn: Callable, num_steps: int, chunk: int) -> Callable:
+    """The jitted chunk of ``chunk`` steps (cached, so a repeated ``step_fn`` never recompiles)."""
+    padded = math.ceil(num_steps / chunk) * chunk != num_steps
+
+    def guarded_step(c: Carry, t: Array) -> tuple[Carry, Any]:
+        if not padded:
+            return step_fn(c, t)
+        out_shapes = jax.eval_shape(step_fn, c, t)[1]
+
+        def skip(c: Carry, t: Array) -> tuple[Carry, Any]:
+            del t
+            return c, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out_shapes)
+
+        return jax.lax.cond(t < num_steps, step_fn, skip, c, t)
+
+    def run_chunk(c: Carry, t0: Array) -> tuple[Carry, Any]:
+        return jax.lax.scan(guarded_step, c, t0 + jnp.arange(chunk, dtype=jnp.int32))
+
+    return jax.jit(run_chunk)
+
+
+def log_grid(horizon: int, num: int = 50) -> np.ndarray:
+    """About ``num`` log-spaced round counts in [1, horizon] (int, increasing, ends at horizon).
+
+    Once ``num - 1 > 2 horizon ln(horizon) + 1`` consecutive points of the geometric grid are
+    less than 1/2 apart, so every round 1..horizon is hit: that grid is returned without
+    building ``num`` floats (``num = 2**31 - 1`` is every round, not 16 GB). Below that, a grid
+    whose 32 bytes per point (the floats, their rounding and the sort) cannot fit in host
+    memory raises ``ValueError`` with the estimate.
+    """
+    check_positive("horizon", horizon)
+    check_positive("num", num)
+    if num - 1 > 2 * horizon * math.log(horizon) + 1:
+        return np.arange(1, int(horizon) + 1, dtype=np.int64)
+    check_memory(f"num = {num}", 32 * num, host_memory_bytes(),
+                 f"host memory for {num:,} log-spaced points")
+    grid = np.unique(np.round(np.geomspace(1, horizon, num)).astype(np.int64))
+    return np.union1d(grid, [horizon])
+
+
+def shard_leading_axis(tree: Any, devices: list[Any] | None = None) -> Any:
+    """Place every leaf's leading axis across ``devices`` (default: all) on a 1-D mesh "runs".
+
+    With one device the tree is just placed on it. The leading axis must be a multiple of the
+    device count.
+    """
+    devices = jax.devices() if devices is None else list(devices)
+    if len(devices) == 1:
+        return jax.device_put(tree, devices[0])
+    sharding = NamedSharding(Mesh(np.asarray(devices), ("runs",)), PartitionSpec("runs"))
+    return jax.device_put(tree, sharding)
+
+
+def to_host(tree: Any) -> Any:
+    """Every leaf of ``tree`` as one host NumPy array holding all its shards.
+
+    A leaf sharded over several processes' devices (``jax.distributed``) is gathered with
+    ``jax.experimental.multihost_utils.process_allgather``: a collective, so every process
+    must call this on the same arrays in the same order, and each gets the whole array.
+    """
+    def fetch(leaf: Any) -> np.ndarray:
+        if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+        return np.asarray(leaf)
+
+    return jax.tree.map(fetch, tree)

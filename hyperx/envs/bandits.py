@@ -43,7 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -54,60 +54,23 @@ from hyperx._validation import (
     check_int,
     check_memory,
     check_positive,
-    check_rank,
     device_memory_bytes,
 )
+from hyperx.envs.bandit_base import (
+    BanditEnv,
+    Round,
+    bernoulli_reward,
+    gaussian_reward,
+)
+from hyperx.envs.text_bandit import text_bandit
+
+__all__ = ["BanditEnv", "Round", "bandit_env_names", "classification", "logistic",
+           "make_bandit_env", "neural", "quadratic", "russo"]
 
 Array = jax.Array
-EnvState = Any
 
 _DATASETS = ("digits", "wine", "breast_cancer", "iris")
 _POOL_HIDDEN = (50, 50)
-
-
-class Round(NamedTuple):
-    """One round: ``contexts`` (K, d) arm features and ``expected_rewards`` (K,) arm means."""
-
-    contexts: Array
-    expected_rewards: Array
-
-
-class BanditEnv(NamedTuple):
-    """A contextual bandit as pure functions.
-
-    Attributes:
-      name: the game's name.
-      num_arms: K, arms offered each round.
-      context_dim: d, the arm-feature dimension.
-      fixed_arms: True when every round offers the same K feature vectors (lets learners such as
-        LinUCB cache per-arm quantities).
-      init: ``init(key) -> env_state``, the per-seed problem instance.
-      observe: ``observe(env_state, key, t) -> Round`` for round ``t`` (int32 scalar, 0-based).
-      reward: ``reward(env_state, key, round, arm) -> ()`` float32 reward of ``arm``.
-    """
-
-    name: str
-    num_arms: int
-    context_dim: int
-    fixed_arms: bool
-    init: Callable[[Array], EnvState]
-    observe: Callable[[EnvState, Array, Array], Round]
-    reward: Callable[[EnvState, Array, Round, Array], Array]
-
-
-def _gaussian_reward(noise_std: float) -> Callable[[EnvState, Array, Round, Array], Array]:
-    def reward(env_state: EnvState, key: Array, round_: Round, arm: Array) -> Array:
-        del env_state
-        check_rank("arm", arm, 0)
-        return round_.expected_rewards[arm] + noise_std * jax.random.normal(key, ())
-
-    return reward
-
-
-def _bernoulli_reward(env_state: EnvState, key: Array, round_: Round, arm: Array) -> Array:
-    del env_state
-    check_rank("arm", arm, 0)
-    return jax.random.bernoulli(key, round_.expected_rewards[arm]).astype(jnp.float32)
 
 
 def _check_sizes(num_arms: int, dim: int) -> None:
@@ -169,7 +132,7 @@ def russo(
     name = "russo_contextual" if contextual else "russo"
     return _linear_game(
         name, dim, num_arms, fixed_arms=not contextual, prior_var=prior_var,
-        arm_bound=arm_bound, link=lambda z: z, reward_fn=_gaussian_reward(noise_std),
+        arm_bound=arm_bound, link=lambda z: z, reward_fn=gaussian_reward(noise_std),
     )
 
 
@@ -184,7 +147,7 @@ def logistic(
     """
     return _linear_game(
         "logistic", dim, num_arms, fixed_arms=fixed_arms, prior_var=prior_var,
-        arm_bound=arm_bound, link=jax.nn.sigmoid, reward_fn=_bernoulli_reward,
+        arm_bound=arm_bound, link=jax.nn.sigmoid, reward_fn=bernoulli_reward,
     )
 
 
@@ -249,7 +212,7 @@ def quadratic(
         return scale * jnp.sum((pool @ g) ** 2, axis=-1)
 
     return _pool_game("quadratic", dim, num_arms, num_candidates, mean_fn,
-                      _gaussian_reward(noise_std), instance_seed)
+                      gaussian_reward(noise_std), instance_seed)
 
 
 def _random_mlp(key: Array, sizes: tuple[int, ...], x: Array) -> Array:
@@ -285,7 +248,7 @@ def neural(
         logits = _random_mlp(key, sizes, pool)
         return logits[:, 0] if out == 1 else jax.nn.softmax(logits, axis=-1)[:, 1]
 
-    reward_fn = _gaussian_reward(noise_std) if out == 1 else _bernoulli_reward
+    reward_fn = gaussian_reward(noise_std) if out == 1 else bernoulli_reward
     return _pool_game(f"neural_{task}", dim, num_arms, num_candidates, mean_fn, reward_fn,
                       instance_seed)
 
@@ -335,7 +298,7 @@ def classification(dataset: str, *, encoding: str = "disjoint") -> BanditEnv:
             contexts = jnp.concatenate([jnp.broadcast_to(x, (k, p)), eye], axis=1)
         return Round(contexts, eye[labels[i]])
 
-    return BanditEnv(dataset, k, dim, False, init, observe, _gaussian_reward(0.0))
+    return BanditEnv(dataset, k, dim, False, init, observe, gaussian_reward(0.0))
 
 
 def _text_game(data: Any = None, model: Any = None, **kwargs: Any) -> BanditEnv:
@@ -346,8 +309,6 @@ def _text_game(data: Any = None, model: Any = None, **kwargs: Any) -> BanditEnv:
     if model is None:
         raise ValueError("model: the text game needs model=, a transformers Flax causal LM "
                          "folder or a cached hub name")
-    from hyperx.envs.text_bandit import text_bandit  # imports this module: not at the top
-
     return text_bandit(data, model, **kwargs)
 
 

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyperx._validation import check_choice, check_flag, check_int, check_number
-from hyperx.envs.bandits import BanditEnv, Round, _gaussian_reward
+from hyperx.envs.bandit_base import BanditEnv, Round, gaussian_reward
 
 Array = jax.Array
 Tokenizer = Callable[[str], Sequence[int]]
@@ -352,7 +352,7 @@ def text_bandit_from_features(
         del key
         return jnp.zeros((), jnp.float32)
 
-    return BanditEnv(name, 2, dim, False, init, observe, _gaussian_reward(0.0))
+    return BanditEnv(name, 2, dim, False, init, observe, gaussian_reward(0.0))
 
 
 def text_bandit(

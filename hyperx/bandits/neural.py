@@ -406,15 +406,17 @@ def neural_learner(name: str, game: str = "reference", *, config: NeuralConfig |
                    **kwargs: Any) -> Learner:
     """Build learner ``name`` (one of :data:`NEURAL_LEARNERS`) with the preset of ``game``.
 
-    The preset's update schedule goes into ``config`` (default :class:`NeuralConfig`) for every
-    learner; its prior / posterior scales go to the learners that have them. ``kwargs``
-    override the factory's arguments.
+    The preset's update schedule fills each of ``config.updates_per_step`` and
+    ``config.update_every`` (default :class:`NeuralConfig`) still at :class:`NeuralConfig`'s
+    default; a value the caller set is kept. Its prior / posterior scales go to the learners
+    that have them. ``kwargs`` override the factory's arguments.
     """
     check_choice("name", name, NEURAL_LEARNERS)
     check_choice("game", game, tuple(PRESETS))
     preset = PRESETS[game]
-    config = (DEFAULT_CONFIG if config is None else config)._replace(
-        updates_per_step=int(preset["updates_per_step"]),
-        update_every=int(preset["update_every"]))
+    config = DEFAULT_CONFIG if config is None else config
+    config = config._replace(**{
+        k: int(preset[k]) for k in ("updates_per_step", "update_every")
+        if getattr(config, k) == getattr(DEFAULT_CONFIG, k)})
     scales = {k: float(preset[k]) for k in _SCALED.get(name, ())}
     return _FACTORIES[name](config=config, **{**scales, **kwargs})

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hyperx.bandits import neural
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.baselines import uniform_random
 from hyperx.bandits.neural import (
@@ -288,3 +289,13 @@ def test_vmapped_seeds_equal_separate_single_seed_runs(name):
                                        first_seed=s).regret for s in range(3)])
     np.testing.assert_allclose(together.regret, alone, rtol=0, atol=1e-4)
     assert np.ptp(together.final_regret) > 0  # three different runs, not one copied
+
+
+def test_the_preset_schedule_fills_only_what_the_caller_left_at_the_default(monkeypatch):
+    seen = []
+    monkeypatch.setitem(neural._FACTORIES, "neural_ts",
+                        lambda config, **kw: seen.append(config) or config)
+    neural_learner("neural_ts", "neural_regression")  # preset: 10 updates every step
+    neural_learner("neural_ts", "neural_regression", config=NeuralConfig(update_every=3))
+    neural_learner("neural_ts", "neural_regression", config=NeuralConfig(updates_per_step=2))
+    assert [(c.updates_per_step, c.update_every) for c in seen] == [(10, 1), (10, 3), (2, 1)]

@@ -507,8 +507,8 @@ def _make_learner(config: AgentConfig, network: Network, index: IndexDistributio
         updates, opt_state = optimiser.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         grad_steps = state.grad_steps + 1
-        sync = grad_steps % config.target_update_period == 0
-        target = jax.tree.map(lambda p, t: jnp.where(sync, p, t), params, state.target_params)
+        target = optax.periodic_update(params, state.target_params, grad_steps,
+                                       config.target_update_period)
         return state._replace(params=params, target_params=target, opt_state=opt_state,
                               grad_steps=grad_steps, loss=loss)
 

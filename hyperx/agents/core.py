@@ -34,6 +34,7 @@ environments the whole run is one ``lax.scan`` (:mod:`hyperx.agents.deepsea`).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -249,7 +250,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                      f"{config.index} index (update_index='support')")
     perturbation = make_index("sphere", config.index_dim)
     buffer = make_replay_buffer(config.n_step, config.gamma)
-    optimiser = make_optimiser(config)
+    optimiser = make_optimizer(config)
     epsilon = (optax.linear_schedule(config.epsilon_start, config.epsilon_end,
                                      config.epsilon_decay_steps)
                if config.epsilon_decay_steps > 0 else optax.constant_schedule(config.epsilon_end))
@@ -347,13 +348,21 @@ def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1) -> None:
                  "the loss's indices")
 
 
-def make_optimiser(config: AgentConfig) -> optax.GradientTransformation:
+def make_optimizer(config: AgentConfig) -> optax.GradientTransformation:
     """Adam (``learning_rate``, ``adam_eps``) after global-norm clipping at ``max_grad_norm``
     (none when 0)."""
     return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm) if config.max_grad_norm
         else optax.identity(),
         optax.adam(config.learning_rate, eps=config.adam_eps))
+
+
+def make_optimiser(config: AgentConfig) -> optax.GradientTransformation:
+    """Deprecated spelling of :func:`make_optimizer` (kept for one release)."""
+    warnings.warn("hyperx.agents.core.make_optimiser is make_optimizer (one spelling, as "
+                  "hyperx.llm.train.make_optimizer); make_optimiser goes in the next release",
+                  DeprecationWarning, stacklevel=2)
+    return make_optimizer(config)
 
 
 def _learned(state: AgentState) -> tuple:

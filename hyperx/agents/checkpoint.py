@@ -7,9 +7,11 @@ carry's bytes, and restores the latest one into the structure of a freshly built
 Restoring is exact (raw array bytes), so a resumed run equals an uninterrupted one bit for bit
 on the same device and versions.
 
-Integrity: a restored carry must reproduce the checksum recorded when it was saved. A step that
-does not (flipped bytes), or that cannot be read at all (a truncated file), is skipped with a
-one-line warning on stderr, and the newest intact step is used; when none is intact,
+Integrity: the files of a step must have the sizes and SHA-256 digests recorded once the save
+was on disk (``<step>/hyperx_files.json``), so a truncated or edited file is found
+before orbax reads anything, and a restored carry must reproduce the checksum of its bytes
+recorded when it was saved. A step that fails either is skipped with a one-line warning on
+stderr, and the newest intact step is used; when none is intact,
 ``ValueError`` says so in one line. A Ctrl-C during a save is held until the save is complete,
 so no half-written step is left; temporary directories of a killed process are removed when the
 directory is opened again.
@@ -18,6 +20,7 @@ directory is opened again.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from typing import Any
@@ -27,6 +30,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from hyperx._rundir import first_difference, sigint_held
+
+DIGESTS = "hyperx_files.json"
+"""The record of a step's files (sizes and SHA-256), written into the step's folder."""
 
 
 def checksum(tree: Any) -> str:
@@ -59,6 +65,34 @@ class CheckpointManager:
                 carry=ocp.args.StandardSave(carry), meta=ocp.args.JsonSave(self.metadata),
                 integrity=ocp.args.JsonSave({"sha256": checksum(carry)})))
             self._manager.wait_until_finished()
+            self._write_digests(step)
+
+    def _digests_path(self, step: int) -> str:
+        return os.path.join(self.directory, str(step), DIGESTS)
+
+    def _write_digests(self, step: int) -> None:
+        """Record every file of ``step`` (size and SHA-256) in the step's folder."""
+        path = self._digests_path(step)
+        digests = _file_digests(os.path.dirname(path))
+        with open(path + ".tmp", "w") as f:
+            json.dump(digests, f)
+        os.replace(path + ".tmp", path)
+
+    def _check_files(self, step: int) -> None:
+        """Raise ``ValueError`` naming the first file of ``step`` that is missing or differs
+        from its record (no record, as in checkpoints from before records: nothing to check)."""
+        path = self._digests_path(step)
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            want = json.load(f)
+        folder = os.path.join(self.directory, str(step))
+        for rel, (size, digest) in sorted(want.items()):
+            file = os.path.join(folder, rel)
+            if not os.path.isfile(file):
+                raise ValueError(f"file {rel} is missing")
+            if os.path.getsize(file) != size or _sha256(file) != digest:
+                raise ValueError(f"file {rel} changed since the save")
 
     def latest_step(self) -> int | None:
         """The newest saved step (intact or not), or ``None``."""
@@ -93,6 +127,7 @@ class CheckpointManager:
         failures = []
         for step in steps:
             try:
+                self._check_files(step)
                 difference = first_difference(self._read_meta(step), self.metadata)
                 carry = None if difference else self._restore(step, abstract)
             except Exception as err:  # any unreadable or corrupt step is skipped
@@ -114,6 +149,27 @@ class CheckpointManager:
     def close(self) -> None:
         """Flush and release the manager."""
         self._manager.close()
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_digests(folder: str) -> dict[str, list]:
+    """``{path relative to folder: [size, sha256]}`` of every file under ``folder`` but the
+    record itself."""
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if rel not in (DIGESTS, DIGESTS + ".tmp"):
+                out[rel] = [os.path.getsize(path), _sha256(path)]
+    return out
 
 
 def _reason(err: Exception) -> str:

@@ -11,22 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_llm_moe_benchmark import numbers
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIES = {"llm_mismatch": 8, "llm_otb": 5, "llm_lr_schedule": 3}
 """Study -> its number of runs."""
-
-
-def numbers(x):
-    """Every number in a json value (``None``, e.g. a step that never came, is skipped)."""
-    if isinstance(x, dict):
-        for v in x.values():
-            yield from numbers(v)
-    elif isinstance(x, list):
-        for v in x:
-            yield from numbers(v)
-    elif isinstance(x, int | float) and not isinstance(x, bool):
-        yield x
 
 
 def run(study: str, out: Path, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""Every bad input of issue 13 gets a clear one-line error naming what is wrong.
+"""Every bad input users have met gets a clear one-line error naming what is wrong.
 
 One table of (input, expected message): command lines run through ``hyperx.cli.main`` (exit
 status 2 and exactly one line ``hyperx: error: ...`` on stderr) and Python calls (a
@@ -34,7 +34,7 @@ CLI_CASES = [
     (["deepsea", "--out", "/proc/x"], "--out: cannot create directory"),
     (["deepsea", "--out", "{file}/sub"], "--out: cannot create directory"),
     ([*TINY_BANDIT, "--out", ""], "--out: expected a directory path"),
-    # issue 24 item 4: named before the disk estimate, which read "0 B available" under /proc
+    # an unwritable --out is named before the disk estimate, which read "0 B available" under /proc
     ([*TINY_BANDIT, "--out", "/proc/x"], "--out: cannot create directory '/proc/x'"),
     ([*TINY_BANDIT, "--out", "{file}/sub"], "--out: cannot create directory"),
     ([*TINY_BANDIT, "--out", "{file}"], "exists and is not a directory"),
@@ -65,7 +65,7 @@ CLI_CASES = [
     ([*TINY_BANDIT, "--seed", "-1", "--out", "{tmp}/o"],
      "argument --seed: expected an integer in [0, 2147483647], got '-1'"),
     ([*TINY_BANDIT, "--seed", "2147483647", "--out", "{tmp}/o"], "--seed, --seeds"),
-    # issue 24: integers that overflowed
+    # integers that overflowed
     ([*TINY_DEEPSEA, "--seed", "99999999999999999999", "--out", "{tmp}/o"],
      "argument --seed: expected an integer in [0, 2147483647] (the int32 range"),
     (["llm", "--seed", "99999999999999999999", "--out", "{tmp}/o"],
@@ -250,7 +250,7 @@ def _correction(preset, **arrays):
 
 
 PYTHON_CASES += [
-    # issue 24, silent non-finite values in the API
+    # silent non-finite values in the API
     ("ensemble_pp(prior_mean with nan)",
      lambda: _linear("ensemble_pp", noise_std=1.0, prior_mean=np.array([NAN, 0.0, 0.0])),
      "prior_mean: expected finite values, got NaN or inf at index [0]"),
@@ -587,7 +587,7 @@ def test_counts_accept_the_same_spellings():
     assert args.arms == 1000 and args.steps == 1000
 
 
-# issue 24 item 2: every allocation a user's number drives is estimated before it is made.
+# every allocation a user's number drives is estimated before it is made.
 # The estimates are compared with a 16 GB machine (``small_machine``), so each case is refused
 # here and on a larger machine alike, in milliseconds, and nothing is allocated.
 GB16 = 16 * 10**9

@@ -124,11 +124,11 @@ def _commit() -> str:
                           cwd=Path(__file__).resolve().parent).stdout.strip()
 
 
-def run_seed(module, params, task: Task, setup: dict, config: RLConfig, steps: int,
+def run_seed(trainer, module, params, task: Task, setup: dict, config: RLConfig, steps: int,
              seed: int, label: str) -> dict:
-    """One RL run from the warm start: per-step curves, the summary with the held-out greedy
-    and sampled reward at the end, and the seconds per step."""
-    trainer = make_trainer(*transformer_lms(module, config.rollout_dtype), task, config)
+    """One RL run of ``trainer`` (built for ``config``) from the warm start: per-step curves,
+    the summary with the held-out greedy and sampled reward at the end, and the seconds per
+    step (the first seed's include the trainer's compilation)."""
     start = time.perf_counter()
     state, history = train(trainer, trainer.init(params), jax.random.key(seed), steps,
                            callback=lambda i, m: progress(label, seed, i, m))
@@ -151,13 +151,16 @@ def run_study(module, params, task: Task, setup: dict, configs: dict[str, RLConf
         n = args.steps if steps is None else steps[name]
         digest = hashlib.sha1(json.dumps([setup, repr(config), n], sort_keys=True).encode()
                               ).hexdigest()[:12]
-        out[name] = []
+        out[name], trainer = [], None
         for seed in range(args.seeds):
             path = runs_dir(args) / setup["task"] / f"{digest}_seed{seed}.json"
             if path.exists():
                 record = json.loads(path.read_text())
             else:
-                record = run_seed(module, params, task, setup, config, n, seed, name)
+                if trainer is None:  # once per run: its seeds share the compiled parts
+                    trainer = make_trainer(*transformer_lms(module, config.rollout_dtype), task,
+                                           config)
+                record = run_seed(trainer, module, params, task, setup, config, n, seed, name)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(".tmp")
                 tmp.write_text(json.dumps({"run": name, **record}))

@@ -64,8 +64,8 @@ def run_agent(name: str, args: argparse.Namespace) -> dict:
                          eval_every=args.steps // args.evaluations,
                          eval_episodes=args.eval_episodes, eval_max_steps=args.eval_max_steps,
                          checkpoint_dir=os.path.join(args.out_dir, "checkpoints", name),
-                         on_chunk=lambda m: print(f"{name}: {m['env_steps']}/{m['total']} "
-                                                  f"{m['steps_per_s']:.1f} env steps/s",
+                         on_chunk=lambda c: print(f"{name}: {c.done}/{c.total} "
+                                                  f"{c.metrics['steps_per_s']:.1f} env steps/s",
                                                   flush=True))
     train_time = time.perf_counter() - start
     eval_env = make_atari(args.game, num_envs=args.seeds * args.final_eval_episodes,

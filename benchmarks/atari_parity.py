@@ -155,6 +155,7 @@ def run_group(game: str, agent: str, first: int, count: int, args: argparse.Name
     """Seeds ``first .. first + count - 1`` of ``agent`` on ``game`` in one program, resumed
     from their checkpoint; ``progress.json`` after every chunk, ``done`` at the end."""
     from hyperx.agents.atari import train_atari
+    from hyperx.loop import Chunk
 
     name = f"seeds{first}-{first + count - 1}" if count > 1 else f"seed{first}"
     folder = os.path.join(args.out_dir, game, agent, name)
@@ -179,12 +180,13 @@ def run_group(game: str, agent: str, first: int, count: int, args: argparse.Name
             json.dump(record, f, indent=1)
         os.replace(tmp, progress_path)
 
-    def on_chunk(m: dict) -> None:
-        timing.append(dict(env_steps=m["env_steps"], steps_per_s=m["steps_per_s"],
+    def on_chunk(chunk: Chunk) -> None:
+        m = chunk.metrics
+        timing.append(dict(env_steps=chunk.done, steps_per_s=m["steps_per_s"],
                            wall_s=time.perf_counter() - start))
-        write(m["evaluations"], m["env_steps"], False)
+        write(m["evaluations"], chunk.done, False)
         evals = {e["env_step"]: e["score"] for e in m["evaluations"] if e["seed"] == 0}
-        print(f"{game} {agent} {name}: {m['env_steps']}/{m['total']} "
+        print(f"{game} {agent} {name}: {chunk.done}/{chunk.total} "
               f"{m['steps_per_s']:.1f} env steps/s; evaluations {evals}", flush=True)
 
     result = train_atari(config, game, steps=args.steps, seeds=count, envs_per_seed=1,

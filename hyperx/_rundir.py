@@ -36,19 +36,34 @@ from hyperx._argparse import check_out_path, fail
 MANIFEST = "run.json"
 
 
+class _HeldSignals:
+    """The SIGINT handler while a :func:`sigint_held` block runs: records, does not raise."""
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.received.append(signum)
+
+
 @contextlib.contextmanager
 def sigint_held() -> Iterator[None]:
-    """Hold a Ctrl-C (SIGINT) until the block is done, then raise ``KeyboardInterrupt``."""
-    if threading.current_thread() is not threading.main_thread():
+    """Hold a Ctrl-C (SIGINT) until the block is done, then raise ``KeyboardInterrupt``.
+
+    Nested blocks hold for the outermost one: a save inside a chunk's hook and save does not
+    raise in the middle of the outer block.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or isinstance(signal.getsignal(signal.SIGINT), _HeldSignals)):
         yield
         return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    held = _HeldSignals()
+    previous = signal.signal(signal.SIGINT, held)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if received:
+    if held.received:
         raise KeyboardInterrupt
 
 

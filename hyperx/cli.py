@@ -104,8 +104,9 @@ DEEPSEA_SETTINGS = ("size", "agent", "seeds", "episodes", "seed", "mapping_seed"
 
 def _deepsea(args: argparse.Namespace) -> int:
     from hyperx._rundir import prepare_out, write_manifest
-    from hyperx.agents.deepsea import TrainingInterrupted, train_deepsea
+    from hyperx.agents.deepsea import train_deepsea
     from hyperx.agents.deepsea_report import ReturnsWriter, describe, write_outputs
+    from hyperx.loop import TrainingInterrupted
 
     config = _check_deepsea(args)
     settings = {key: getattr(args, key) for key in DEEPSEA_SETTINGS}
@@ -127,13 +128,13 @@ def _deepsea(args: argparse.Namespace) -> int:
             mapping_seeds=mapping, chunk_steps=args.chunk_steps,
             checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
             progress=not args.quiet,
-            on_chunk=lambda c: writer(c.seeds.returns, c.seeds.bad,
-                                      min(int(c.t), args.size * args.episodes) // args.size))
+            on_chunk=lambda c: writer(c.carry.seeds.returns, c.carry.seeds.bad,
+                                      c.done // args.size))
     except TrainingInterrupted as stop:
         where = (f"checkpoint at step {stop.checkpoint_step} in {out / 'checkpoints'}; rerun the "
                  "same command with --resume to continue" if stop.checkpoint_step is not None
                  else "no checkpoint (run with --checkpoint to make a run resumable)")
-        interrupted(f"after env step {stop.steps_done} of {args.size * args.episodes}; the "
+        interrupted(f"after env step {stop.done} of {args.size * args.episodes}; the "
                     f"finished episodes are in {out / 'returns.csv'}; {where}")
     except ValueError as err:
         fail(str(err))

@@ -1,4 +1,4 @@
-"""The compiled loop every trainer runs: ``lax.scan`` over steps in chunks, and its host side.
+"""The loop every trainer runs: compiled ``lax.scan`` chunks, and ONE host driver around them.
 
 :func:`run_scan` compiles ``lax.scan(step_fn)`` over ``num_steps`` steps, in chunks of
 ``chunk_size`` so a progress callback (or logging, checkpoints) can run between compiled
@@ -7,7 +7,14 @@ chunks. The chunk function is compiled once; a final partial chunk is padded wit
 loop whose state is a pytree uses it: the bandit runs (:func:`hyperx.bandits.runner.run_bandit`),
 the DeepSea and Atari trainers (:mod:`hyperx.agents.deepsea`, :mod:`hyperx.agents.atari`).
 
-Beside it: :func:`shard_leading_axis` places a batch of runs over the devices of a 1-D mesh
+:func:`run_chunks` is the host side every trainer shares (DeepSea, Atari, the bandit sweep's
+parts, ``hyperx llm``): it advances a carry one chunk at a time, hands each chunk to ONE hook
+(``on_chunk(Chunk)``), saves a checkpoint, stops after ``max_chunks``, turns Ctrl-C into
+:class:`TrainingInterrupted` once the chunk's outputs and save are complete, and runs the
+trainer's clean-up in ``finally`` on every exit. A trainer supplies only what is its own: how
+to advance one chunk and where the run stands.
+
+Beside them: :func:`shard_leading_axis` places a batch of runs over the devices of a 1-D mesh
 ``"runs"``, :func:`to_host` gathers a (possibly multi-process) result to host NumPy, and
 :func:`log_grid` gives the log-spaced steps at which a long run records.
 """
@@ -16,8 +23,9 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -26,9 +34,11 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from hyperx._rundir import sigint_held
 from hyperx._validation import check_int, check_memory, check_positive, host_memory_bytes
 
-__all__ = ["ScanResult", "log_grid", "run_scan", "shard_leading_axis", "to_host"]
+__all__ = ["Chunk", "ChunkedRun", "ScanResult", "TrainingInterrupted", "log_grid", "run_chunks",
+           "run_scan", "shard_leading_axis", "to_host"]
 
 Array = jax.Array
 Carry = Any
@@ -101,6 +111,124 @@ def _chunk_fn(step_fn: Callable, num_steps: int, chunk: int) -> Callable:
         return jax.lax.scan(guarded_step, c, t0 + jnp.arange(chunk, dtype=jnp.int32))
 
     return jax.jit(run_chunk)
+
+
+class Chunk(NamedTuple):
+    """What ``on_chunk`` receives after every chunk: the run's position ``done`` out of
+    ``total`` (env steps per seed, RL steps, parts: the trainer's unit), the carry after the
+    chunk, and the trainer's metrics for the chunk (each trainer documents its keys)."""
+
+    done: int
+    total: int
+    carry: Any
+    metrics: Mapping[str, Any]
+
+
+class ChunkedRun(NamedTuple):
+    """Outcome of :func:`run_chunks`: the final carry, the chunks run by this call, and the
+    position the call started from (above 0 when a checkpoint was resumed)."""
+
+    carry: Any
+    chunks: int
+    done_at_start: int
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_chunks`: ``done`` of ``total`` units were run and
+    ``checkpoint_step`` is the newest saved position (``None``: nothing saved)."""
+
+    def __init__(self, done: int, total: int, checkpoint_step: int | None):
+        super().__init__(f"interrupted at {done} of {total}")
+        self.done = done
+        self.total = total
+        self.checkpoint_step = checkpoint_step
+
+
+def run_chunks(
+    advance: Callable[[Carry], tuple[Carry, Mapping[str, Any]]], carry: Carry, *,
+    position: Callable[[Carry], int], total: int, max_chunks: int | None = None,
+    on_chunk: Callable[[Chunk], None] | None = None,
+    save: Callable[[int, Carry], None] | None = None, saved_step: int | None = None,
+    progress: str | None = None, cleanup: Sequence[Callable[[], None]] = (),
+) -> ChunkedRun:
+    """Advance ``carry`` chunk by chunk until ``position(carry) >= total``.
+
+    After each ``carry, metrics = advance(carry)``, with Ctrl-C held until both are done,
+    ``on_chunk(Chunk(done, total, carry, metrics))`` runs and then ``save(done, carry)`` (so
+    what a hook wrote is never behind the newest checkpoint). A Ctrl-C raises
+    :class:`TrainingInterrupted` with the newest saved position (``saved_step`` before the
+    first save: the checkpoint a resumed run started from). ``cleanup`` callables run on
+    every exit, in order, each even when an earlier one raises (the first such error is raised
+    after all ran, unless the run itself is failing: then the run's error is the one raised).
+
+    Args:
+      advance: runs one chunk; returns the new carry and the chunk's metrics.
+      carry: the initial (or resumed) carry.
+      position: where a carry stands, in the unit of ``total``.
+      total: the run's length; nothing runs when the carry is already there.
+      max_chunks: stop after this many chunks in this call (to split a run across calls).
+      on_chunk: the one per-chunk hook (logging, outputs written as they are produced).
+      save: writes a checkpoint of the carry at ``done``.
+      saved_step: the newest position already saved (a resumed run's checkpoint).
+      progress: show a tqdm bar with this label (when tqdm is installed); it appears after
+        the first chunk, so its rate and ETA leave out compilation.
+      cleanup: closes the trainer's resources (environments, checkpoint managers, files).
+    """
+    check_int("total", total, low=0)
+    if max_chunks is not None:
+        check_int("max_chunks", max_chunks, low=0)
+    start = done = position(carry)
+    chunks = 0
+    bar = None
+    try:
+        try:
+            if progress is not None and done < total:
+                sys.stderr.write(f"{progress}: compiling and running the first chunk (the "
+                                 "progress bar starts after it)\n")
+            while done < total and (max_chunks is None or chunks < max_chunks):
+                carry, metrics = advance(carry)
+                done = position(carry)
+                chunks += 1
+                with sigint_held():
+                    if on_chunk is not None:
+                        on_chunk(Chunk(done, total, carry, metrics))
+                    if save is not None:
+                        save(done, carry)
+                        saved_step = done
+                if progress is not None:
+                    bar = _update_bar(bar, progress, total, min(done, total))
+        except KeyboardInterrupt:
+            raise TrainingInterrupted(min(done, total), total, saved_step) from None
+    except BaseException:
+        _close_all([*cleanup, *([] if bar is None else [bar.close])], raise_first=False)
+        raise
+    _close_all([*cleanup, *([] if bar is None else [bar.close])])
+    return ChunkedRun(carry, chunks, start)
+
+
+def _update_bar(bar: Any, label: str, total: int, done: int) -> Any:
+    """Create the bar at ``done`` (after the first chunk) or move it there."""
+    if bar is None:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:
+            return None
+        return tqdm(total=total, initial=done, unit="step", desc=label)
+    bar.update(done - bar.n)
+    return bar
+
+
+def _close_all(closers: Sequence[Callable[[], None]], *, raise_first: bool = True) -> None:
+    """Call every closer; then re-raise the first closer's error (``raise_first``), or drop
+    them when the run is already failing (its own error is the one to report)."""
+    error = None
+    for close in closers:
+        try:
+            close()
+        except Exception as err:  # noqa: BLE001 (re-raised below, after the others close)
+            error = error or err
+    if error is not None and raise_first:
+        raise error
 
 
 def log_grid(horizon: int, num: int = 50) -> np.ndarray:

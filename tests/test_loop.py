@@ -1,12 +1,17 @@
-"""The compiled loop (``hyperx.loop``) and the deprecated ``hyperx.experiment`` alias."""
+"""The compiled loop and its host driver (``hyperx.loop``), and the deprecated
+``hyperx.experiment`` alias."""
 
+import os
+import signal
 import warnings
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyperx.loop import log_grid, run_scan
+import hyperx.loop as loop
+from hyperx._rundir import sigint_held
+from hyperx.loop import Chunk, TrainingInterrupted, log_grid, run_chunks, run_scan
 
 
 def test_log_grid_by_hand():
@@ -43,3 +48,118 @@ def test_the_old_module_forwards_each_moved_name_with_a_warning():
         warnings.simplefilter("error")
         with pytest.raises(AttributeError, match="no attribute 'nothing'"):
             experiment.nothing  # noqa: B018
+
+
+def _count_run(events, *, interrupt_at=None, where="hook"):
+    """A driver run over an int carry stepping by 3 to 10, recording what happens in order;
+    SIGINT is sent to this process at position ``interrupt_at``, in the hook or the advance."""
+
+    def advance(c):
+        if where == "advance" and c == interrupt_at:
+            os.kill(os.getpid(), signal.SIGINT)
+        events.append(("advance", c))
+        return c + 3, {"c": c}
+
+    def hook(chunk):
+        events.append(("hook", chunk.done, chunk.total, chunk.carry, dict(chunk.metrics)))
+        if where == "hook" and chunk.done == interrupt_at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def save(done, carry):
+        with sigint_held():  # a save that holds Ctrl-C itself (as CheckpointManager.save)
+            events.append(("save", done, carry))
+
+    return advance, hook, save
+
+
+def test_run_chunks_orders_advance_hook_and_save_and_stops_at_the_total():
+    """Hand-traced: positions 1 -> 4 -> 7 -> 10 (three chunks to reach total 10); the hook
+    sees each chunk before its save; cleanup runs once."""
+    events, closed = [], []
+    advance, hook, save = _count_run(events)
+    run = run_chunks(advance, 1, position=int, total=10, on_chunk=hook, save=save,
+                     cleanup=(lambda: closed.append(1),))
+    assert run == loop.ChunkedRun(10, 3, 1)
+    assert events == [("advance", 1), ("hook", 4, 10, 4, {"c": 1}), ("save", 4, 4),
+                      ("advance", 4), ("hook", 7, 10, 7, {"c": 4}), ("save", 7, 7),
+                      ("advance", 7), ("hook", 10, 10, 10, {"c": 7}), ("save", 10, 10)]
+    assert closed == [1]
+    events.clear()
+    assert run_chunks(advance, 10, position=int, total=10, on_chunk=hook) == (10, 0, 10)
+    assert events == []  # a finished (resumed) run runs nothing
+    assert run_chunks(advance, 1, position=int, total=10, max_chunks=2).carry == 7
+
+
+def test_ctrl_c_in_a_hook_finishes_the_save_then_raises_with_the_saved_position():
+    """SIGINT during the hook of the chunk ending at 7: its save (which holds Ctrl-C itself,
+    nested) still runs, then TrainingInterrupted names position 7 as saved; nothing after."""
+    events, closed = [], []
+    advance, hook, save = _count_run(events, interrupt_at=7)
+    with pytest.raises(TrainingInterrupted) as stop:
+        run_chunks(advance, 1, position=int, total=10, on_chunk=hook, save=save,
+                   cleanup=(lambda: closed.append(1),))
+    assert (stop.value.done, stop.value.total, stop.value.checkpoint_step) == (7, 10, 7)
+    assert events[-1] == ("save", 7, 7) and ("advance", 7) not in events
+    assert closed == [1]
+
+
+def test_ctrl_c_during_a_chunk_reports_the_last_save_or_the_resumed_one():
+    events = []
+    advance, hook, save = _count_run(events, interrupt_at=4, where="advance")
+    with pytest.raises(TrainingInterrupted) as stop:
+        run_chunks(advance, 1, position=int, total=10, on_chunk=hook, save=save)
+    assert (stop.value.done, stop.value.checkpoint_step) == (4, 4)
+    events.clear()
+    advance, hook, save = _count_run(events, interrupt_at=1, where="advance")
+    with pytest.raises(TrainingInterrupted) as stop:
+        run_chunks(advance, 1, position=int, total=10, save=save, saved_step=1)
+    assert (stop.value.done, stop.value.checkpoint_step) == (1, 1)
+    with pytest.raises(TrainingInterrupted) as stop:
+        run_chunks(lambda c: os.kill(os.getpid(), signal.SIGINT), 0, position=int, total=5)
+    assert stop.value.checkpoint_step is None
+
+
+def test_every_cleanup_runs_and_the_first_error_wins():
+    closed = []
+
+    def failing():
+        closed.append("a")
+        raise OSError("first")
+
+    def advance(c):
+        raise ValueError("in the chunk")
+
+    with pytest.raises(ValueError, match="in the chunk"):
+        run_chunks(advance, 0, position=int, total=1,
+                   cleanup=(failing, lambda: closed.append("b")))
+    assert closed == ["a", "b"]
+    closed.clear()
+    with pytest.raises(OSError, match="first"):
+        run_chunks(lambda c: (c + 1, {}), 0, position=int, total=1,
+                   cleanup=(failing, lambda: closed.append("b")))
+    assert closed == ["a", "b"]
+
+
+def test_progress_bar_starts_after_the_first_chunk(monkeypatch, capsys):
+    """The bar (so its rate and ETA) is created once the first chunk, which includes the
+    compilation, is done: its clock starts at the first chunk's position, not at 0."""
+    calls = []
+    real = loop._update_bar
+    monkeypatch.setattr(loop, "_update_bar", lambda bar, label, total, done: calls.append(
+        (bar is None, label, total, done)) or real(bar, label, total, done))
+    run_chunks(lambda c: (c + 6, {}), 0, position=int, total=24, progress="deepsea")
+    assert calls == [(True, "deepsea", 24, 6), (False, "deepsea", 24, 12),
+                     (False, "deepsea", 24, 18), (False, "deepsea", 24, 24)]
+    assert "deepsea: compiling and running the first chunk" in capsys.readouterr().err
+
+
+def test_run_chunks_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="total"):
+        run_chunks(lambda c: (c, {}), 0, position=int, total=-1)
+    with pytest.raises(ValueError, match="max_chunks"):
+        run_chunks(lambda c: (c, {}), 0, position=int, total=1, max_chunks=-2)
+
+
+def test_chunk_is_what_every_trainer_hands_its_hook():
+    chunk = Chunk(3, 10, "carry", {"loss": 1.0})
+    assert (chunk.done, chunk.total, chunk.carry, chunk.metrics["loss"]) == (3, 10, "carry", 1.0)

@@ -26,6 +26,7 @@ first stored observation of each stream is flagged as a game start).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -51,7 +52,7 @@ from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.atari_replay import make_frame_replay, replay_bytes
 from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
-from hyperx.loop import run_scan, shard_leading_axis
+from hyperx.loop import Chunk, run_chunks, run_scan, shard_leading_axis
 
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
@@ -349,7 +350,7 @@ def train_atari(
     eval_max_steps: int = MAX_EVAL_STEPS, eval_at_start: bool = False,
     chunk_steps: int | None = None, host_loop: bool = False,
     sticky_actions: bool = False, checkpoint_dir: str | None = None,
-    max_chunks: int | None = None, on_chunk: Callable[[dict], None] | None = None,
+    max_chunks: int | None = None, on_chunk: Callable[[Chunk], None] | None = None,
     devices: Sequence[Any] | None = None,
 ) -> AtariResult:
     """Train ``config`` on ``game`` for ``steps`` env steps per seed.
@@ -379,15 +380,21 @@ def train_atari(
         the finished training games are saved with it, so a resumed run's ``episodes`` hold
         the games from the start of the run, not only those since the resume.
       max_chunks: stop after this many chunks in this call.
-      on_chunk: called with a dict of the chunk's metrics after each chunk (logging):
-        env_steps, total, episodes (the chunk's finished games), scores (this chunk's
-        evaluation, (S, eval_episodes), or None), loss, steps_per_s, evaluations (every
-        evaluation so far as rows, as in the result).
+      on_chunk: called after each chunk (logging) with a :class:`hyperx.loop.Chunk`:
+        ``done`` and ``total`` env steps per seed, the carry, and metrics: episodes (the
+        chunk's finished games), scores (this chunk's evaluation, (S, eval_episodes), or
+        None), loss, steps_per_s, evaluations (every evaluation so far as rows, as in the
+        result).
       devices: spread the seeds over these devices (``seeds`` a multiple of their number):
         each device runs its block of seeds against its own pool of games in one
         ``shard_map`` (:func:`sharded_step`); default: everything on the default device.
         With envpool, game ``i`` of a pool is seeded ``seed + i``, so the pools are seeded to
         continue one another and a sharded run plays the same games as an unsharded one.
+
+    The chunks run through :func:`hyperx.loop.run_chunks`: a Ctrl-C raises
+    :class:`hyperx.loop.TrainingInterrupted` (``done``: env steps per seed; the chunk's hook
+    and checkpoint are finished first) and the environments and checkpoint manager are
+    closed on every exit.
     """
     check_positive("steps", steps)
     check_positive("eval_episodes", eval_episodes, allow_zero=True)
@@ -411,51 +418,6 @@ def train_atari(
         raise ValueError("devices: the host loop (host_loop=True) runs on one device; "
                          "drop devices or host_loop")
     local_games = seeds // num_devices * envs_per_seed
-    envs = [make_atari(game, backend=backend, num_envs=local_games, seed=seed + d * local_games,
-                       sticky_actions=sticky_actions) for d in range(num_devices)]
-    env = envs[0]
-    program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
-                           PAD[backend])
-    num_evals = math.ceil(iterations / eval_iters) + int(eval_at_start)
-    step_fn = None
-    if host_loop:
-        env_carry = None
-        first_obs, _ = env.reset()
-    elif devices is None:
-        env_carry, env_step = env.xla()
-        first_obs = env.first_obs
-        step_fn = compiled_step(program, env_step)
-    else:
-        local = make_program(config, env.num_actions, seeds // num_devices, envs_per_seed,
-                             iterations, PAD[backend])
-        env_carry, step_fn = sharded_step(local, [e.xla() for e in envs], devices)
-        first_obs = np.concatenate([e.first_obs for e in envs])
-    carry = initial_carry(program, first_obs, seed, num_evals)
-    if devices is not None:
-        carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
-    manager = None
-    episodes: list[dict] = []
-    if checkpoint_dir is not None:
-        from hyperx.agents.checkpoint import CheckpointManager
-
-        manager = CheckpointManager(checkpoint_dir, {
-            "agent": config.name, "config": repr(config), "game": game, "steps": steps,
-            "seeds": seeds, "envs_per_seed": envs_per_seed, "backend": backend, "seed": seed,
-            "eval_every": eval_iters, "eval_episodes": eval_episodes,
-            "sticky_actions": sticky_actions,
-            **({"chunk": every} if every != eval_iters else {}),
-            **({"eval_at_start": True} if eval_at_start else {})})
-        restored = manager.restore_latest(carry)
-        if restored is not carry:
-            carry = _resumed(restored, first_obs)
-            if devices is not None:
-                carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
-            episodes = saved_games(checkpoint_dir, int(carry.t) * envs_per_seed)
-    eval_env = make_atari(game, backend=backend, num_envs=seeds * eval_episodes,
-                          seed=seed + 10_000, training=False,
-                          sticky_actions=sticky_actions) if eval_episodes else None
-    compile_time = run_time = 0.0
-    iterations_run = chunks = 0
 
     def evaluate_now(carry: AtariCarry) -> tuple[AtariCarry, np.ndarray]:
         key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), int(carry.evals.count))
@@ -466,9 +428,61 @@ def train_atari(
             carry.evals, int(carry.t) * envs_per_seed, scores,
             carry.seeds.agent.params)), scores
 
-    if eval_at_start and eval_episodes and int(carry.t) == 0 and int(carry.evals.count) == 0:
-        carry, _ = evaluate_now(carry)
-    while int(carry.t) < iterations and (max_chunks is None or chunks < max_chunks):
+    resources = contextlib.ExitStack()
+    with resources:  # closes what the set-up opened if the set-up fails
+        envs = [resources.enter_context(contextlib.closing(make_atari(
+            game, backend=backend, num_envs=local_games, seed=seed + d * local_games,
+            sticky_actions=sticky_actions))) for d in range(num_devices)]
+        env = envs[0]
+        program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
+                               PAD[backend])
+        num_evals = math.ceil(iterations / eval_iters) + int(eval_at_start)
+        step_fn = None
+        if host_loop:
+            env_carry = None
+            first_obs, _ = env.reset()
+        elif devices is None:
+            env_carry, env_step = env.xla()
+            first_obs = env.first_obs
+            step_fn = compiled_step(program, env_step)
+        else:
+            local = make_program(config, env.num_actions, seeds // num_devices, envs_per_seed,
+                                 iterations, PAD[backend])
+            env_carry, step_fn = sharded_step(local, [e.xla() for e in envs], devices)
+            first_obs = np.concatenate([e.first_obs for e in envs])
+        carry = initial_carry(program, first_obs, seed, num_evals)
+        if devices is not None:
+            carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
+        manager = None
+        episodes: list[dict] = []
+        if checkpoint_dir is not None:
+            from hyperx.agents.checkpoint import CheckpointManager
+
+            manager = resources.enter_context(contextlib.closing(CheckpointManager(
+                checkpoint_dir, {
+                    "agent": config.name, "config": repr(config), "game": game, "steps": steps,
+                    "seeds": seeds, "envs_per_seed": envs_per_seed, "backend": backend,
+                    "seed": seed, "eval_every": eval_iters, "eval_episodes": eval_episodes,
+                    "sticky_actions": sticky_actions,
+                    **({"chunk": every} if every != eval_iters else {}),
+                    **({"eval_at_start": True} if eval_at_start else {})})))
+            restored = manager.restore_latest(carry)
+            if restored is not carry:
+                carry = _resumed(restored, first_obs)
+                if devices is not None:
+                    carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
+                episodes = saved_games(checkpoint_dir, int(carry.t) * envs_per_seed)
+        eval_env = resources.enter_context(contextlib.closing(make_atari(
+            game, backend=backend, num_envs=seeds * eval_episodes, seed=seed + 10_000,
+            training=False, sticky_actions=sticky_actions))) if eval_episodes else None
+        if (eval_at_start and eval_episodes and int(carry.t) == 0
+                and int(carry.evals.count) == 0):
+            carry, _ = evaluate_now(carry)
+        resources = resources.pop_all()  # from here on the driver closes them
+    timing = {"compile": 0.0, "run": 0.0, "iterations": 0}
+    env_cell = [env_carry]
+
+    def advance(carry: AtariCarry) -> tuple[AtariCarry, dict]:
         length = min(every, iterations - int(carry.t))
         t0 = int(carry.t)
         if host_loop:
@@ -476,37 +490,39 @@ def train_atari(
             seeds_carry, log = host_steps(program, env, carry.seeds, length)
             chunk_time = time.perf_counter() - start
         else:
-            result = run_scan(step_fn, (env_carry, carry.seeds), length)
-            (env_carry, seeds_carry), log = result.carry, result.outputs
-            compile_time += result.compile_time_s
+            result = run_scan(step_fn, (env_cell[0], carry.seeds), length)
+            (env_cell[0], seeds_carry), log = result.carry, result.outputs
+            timing["compile"] += result.compile_time_s
             chunk_time = result.run_time_s
-        run_time += chunk_time
-        iterations_run += length
-        chunks += 1
+        timing["run"] += chunk_time
+        timing["iterations"] += length
         new_episodes = _finished_games(log, t0, envs_per_seed)
-        episodes += new_episodes
+        episodes.extend(new_episodes)
         carry = carry._replace(t=jnp.int32(t0 + length), seeds=seeds_carry)
-        env_steps = int(carry.t) * envs_per_seed
         scores = None
         if eval_episodes and (int(carry.t) % eval_iters == 0 or int(carry.t) >= iterations):
             carry, scores = evaluate_now(carry)
-        if manager is not None:
-            write_atomic(Path(checkpoint_dir) / GAMES_FILE, json.dumps(episodes))
-            manager.save(int(carry.t), carry)
-        if on_chunk is not None:
-            on_chunk(dict(env_steps=env_steps, total=iterations * envs_per_seed,
-                          episodes=new_episodes, scores=scores,
-                          loss=np.asarray(log.loss[-1]),
-                          evaluations=_evaluation_rows(carry.evals, seeds),
-                          steps_per_s=length * seeds * envs_per_seed / max(chunk_time, 1e-9)))
-    if manager is not None:
-        manager.close()
+        return carry, dict(episodes=new_episodes, scores=scores, loss=np.asarray(log.loss[-1]),
+                           evaluations=_evaluation_rows(carry.evals, seeds),
+                           steps_per_s=length * seeds * envs_per_seed / max(chunk_time, 1e-9))
+
+    def save(done: int, carry: AtariCarry) -> None:
+        del done
+        write_atomic(Path(checkpoint_dir) / GAMES_FILE, json.dumps(episodes))
+        manager.save(int(carry.t), carry)
+
+    carry = run_chunks(
+        advance, carry, position=lambda c: int(c.t) * envs_per_seed,
+        total=iterations * envs_per_seed, max_chunks=max_chunks, on_chunk=on_chunk,
+        save=None if manager is None else save,
+        saved_step=None if manager is None or manager.latest_step() is None
+        else manager.latest_step() * envs_per_seed,
+        cleanup=(resources.close,)).carry
+    compile_time, run_time, iterations_run = (timing["compile"], timing["run"],
+                                              timing["iterations"])
     best = _best(program, carry, best_eval_episodes, seed, eval_max_steps,
                  dict(game=game, backend=backend, sticky_actions=sticky_actions))
     evaluations = _evaluation_rows(carry.evals, seeds)
-    for e in [*envs, eval_env]:
-        if e is not None:
-            e.close()
     replay = jax.tree.map(lambda x: x[0], carry.seeds.agent.replay)
     return AtariResult(episodes, evaluations, best,
                        iterations_run * seeds * envs_per_seed / run_time if run_time else 0.0,
@@ -563,9 +579,9 @@ def _best(program: AtariProgram, carry: AtariCarry, episodes: int, seed: int,
     if episodes and int(evals.count) > 0:
         env = make_atari(num_envs=program.num_seeds * episodes, seed=seed + 20_000,
                          training=False, **env_options)
-        scores = evaluate(program, evals.best_params, carry.seeds.agent.prior, env,
-                          jax.random.PRNGKey(seed + 2), episodes, seed + 20_000, max_steps)
-        env.close()
+        with contextlib.closing(env):
+            scores = evaluate(program, evals.best_params, carry.seeds.agent.prior, env,
+                              jax.random.PRNGKey(seed + 2), episodes, seed + 20_000, max_steps)
         for s, row in enumerate(best):
             row.update(rerun_score=float(scores[s].mean()), rerun_episodes=episodes,
                        rerun_protocol="best checkpoint re-evaluated (HyperAgent's protocol)")

@@ -14,12 +14,21 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hyperx._argparse import add_run_dir_options, fail, non_negative_int, positive_int
+from hyperx._argparse import (
+    add_run_dir_options,
+    fail,
+    interrupted,
+    non_negative_int,
+    positive_int,
+)
 from hyperx._rundir import json_safe, prepare_out, remove_outputs, write_atomic, write_manifest
+
+if TYPE_CHECKING:
+    from hyperx.loop import Chunk
 
 DESCRIPTION = ("Train a value-based agent on an Atari game through envpool or ale-py; the "
                "whole loop runs as one compiled scan, evaluated between chunks.")
@@ -122,6 +131,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                          overwrite=args.overwrite, outputs=OUTPUTS)
     write_manifest(out, "atari", settings)
     from hyperx.agents.atari import train_atari
+    from hyperx.loop import TrainingInterrupted
 
     log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps, resume=args.resume)
     try:
@@ -134,6 +144,13 @@ def run_from_args(args: argparse.Namespace) -> int:
             sticky_actions=args.sticky_actions,
             checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
             on_chunk=log)
+    except TrainingInterrupted as stop:
+        where = (f"the checkpoint of env step {stop.checkpoint_step} is in "
+                 f"{out / 'checkpoints'}; rerun the same command with --resume to continue"
+                 if stop.checkpoint_step is not None
+                 else "no checkpoint (run with --checkpoint to make a run resumable)")
+        interrupted(f"after env step {stop.done} of {stop.total} per seed; the chunks so far "
+                    f"are in {out}; {where}")
     except ValueError as err:
         refused = err
     else:
@@ -202,29 +219,29 @@ class RunLog:
 
             self._bar = tqdm(total=total, unit="step", desc="atari")
 
-    def __call__(self, chunk: dict) -> None:
-        step = chunk["env_steps"]
-        for row in chunk["episodes"]:
+    def __call__(self, chunk: Chunk) -> None:
+        step, metrics = chunk.done, chunk.metrics
+        for row in metrics["episodes"]:
             self._writers["episodes"].writerow(row)
-        scores = chunk["scores"]
+        scores = metrics["scores"]
         for s in range(self.seeds):
-            games = [r["score"] for r in chunk["episodes"] if r["seed"] == s]
+            games = [r["score"] for r in metrics["episodes"] if r["seed"] == s]
             eval_score = None if scores is None else float(np.mean(scores[s]))
             if scores is not None:
                 self._writers["evaluations"].writerow(dict(seed=s, env_step=step,
                                                            score=eval_score))
-            row = dict(env_step=step, seed=s, loss=float(chunk["loss"][s]),
+            row = dict(env_step=step, seed=s, loss=float(metrics["loss"][s]),
                        train_games=len(games),
                        train_score=float(np.mean(games)) if games else "",
                        eval_score="" if eval_score is None else eval_score,
-                       env_steps_per_s=chunk["steps_per_s"])
+                       env_steps_per_s=metrics["steps_per_s"])
             self._writers["metrics"].writerow(row)
             if self._tb is not None:
                 for key in ("loss", "train_score", "eval_score"):
                     if row[key] != "":
                         self._tb.add_scalar(f"seed{s}/{key}", row[key], step)
         if self._tb is not None:
-            self._tb.add_scalar("env_steps_per_s", chunk["steps_per_s"], step)
+            self._tb.add_scalar("env_steps_per_s", metrics["steps_per_s"], step)
             self._tb.flush()
         for f in self._files.values():
             f.flush()

@@ -21,14 +21,14 @@ depend on how many seeds share the batch.
 Sizes are checked before anything is allocated: the env-step budget ``N x episodes`` and the
 state ids must fit the int32 counters, and the carry of all seeds (three times: the compiled
 chunk's input, output and temporaries) the device's memory; ``ValueError`` gives the estimate.
-A Ctrl-C stops the run between chunks with :class:`TrainingInterrupted` (a save in progress is
-completed first), which says how far it got and which checkpoint to resume from.
+The chunks run through :func:`hyperx.loop.run_chunks`: a Ctrl-C stops the run with
+:class:`hyperx.loop.TrainingInterrupted` (a save in progress is completed first), which says how
+far it got and which checkpoint to resume from.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -37,7 +37,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hyperx._rundir import sigint_held
 from hyperx._validation import (
     INT32_MAX,
     check_int,
@@ -49,7 +48,8 @@ from hyperx.agents.api import run_key, split_run_key, step_keys
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
 from hyperx.envs import deepsea
-from hyperx.loop import run_scan, shard_leading_axis, to_host
+from hyperx.loop import Chunk, run_chunks, run_scan, shard_leading_axis, to_host
+from hyperx.loop import TrainingInterrupted as TrainingInterrupted  # its home before hyperx.loop
 
 Array = jax.Array
 
@@ -97,16 +97,6 @@ class DeepSeaResult(NamedTuple):
     steps_done: int
     carry: TrainCarry
     steps_at_start: int = 0
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during :func:`train_deepsea`: ``steps_done`` env steps (per seed) were run and
-    ``checkpoint_step`` is the newest saved step (``None`` without a checkpoint directory)."""
-
-    def __init__(self, steps_done: int, checkpoint_step: int | None):
-        super().__init__(f"interrupted at env step {steps_done}")
-        self.steps_done = steps_done
-        self.checkpoint_step = checkpoint_step
 
 
 class DeepSeaProgram(NamedTuple):
@@ -215,7 +205,7 @@ def train_deepsea(
     mapping_seeds: int | Sequence[int] = deepsea.BSUITE_MAPPING_SEED,
     chunk_steps: int | None = None, checkpoint_dir: str | None = None,
     max_chunks: int | None = None, progress: bool = False,
-    on_chunk: Callable[[TrainCarry], None] | None = None,
+    on_chunk: Callable[[Chunk], None] | None = None,
     devices: Sequence[Any] | None = None,
 ) -> DeepSeaResult:
     """Train ``config`` on DeepSea(size) for ``num_episodes`` episodes and ``num_seeds`` seeds.
@@ -235,8 +225,9 @@ def train_deepsea(
       max_chunks: stop after this many chunks in this call (to split a run across processes).
       progress: show a tqdm progress bar between chunks (when tqdm is installed); it appears
         after the first chunk, so its rate and ETA leave out the compilation.
-      on_chunk: called with the carry after each chunk (before its checkpoint), e.g. to write
-        the episodes finished so far.
+      on_chunk: called after each chunk (before its checkpoint) with a
+        :class:`hyperx.loop.Chunk`: ``done`` env steps per seed, the carry (e.g. to write the
+        episodes finished so far), no metrics.
       devices: spread the seeds over these devices (``num_seeds`` a multiple of their number)
         on a 1-D mesh ``"runs"`` (:func:`hyperx.loop.shard_leading_axis`); default:
         everything on the default device. Seed s is keyed as without devices (on CPU, four
@@ -248,7 +239,8 @@ def train_deepsea(
         what it writes with ``to_host``, in every process). ``checkpoint_dir`` is refused
         there (the checkpoint's checksum reads the whole carry in one process).
 
-    Raises :class:`TrainingInterrupted` on Ctrl-C (between chunks; a save is finished first).
+    Raises :class:`hyperx.loop.TrainingInterrupted` on Ctrl-C (``done``: env steps per seed
+    run; a chunk's hook and save are finished first).
     """
     check_int("num_seeds", num_seeds)
     program = make_program(config, size, num_episodes)
@@ -278,38 +270,23 @@ def train_deepsea(
         carry = manager.restore_latest(carry)
         if devices is not None:
             carry = _place(carry, devices)
-    bar = None
-    if progress and int(carry.t) < program.num_steps:
-        sys.stderr.write("deepsea: compiling and running the first chunk (the progress bar "
-                         "starts after it)\n")
-    compile_time = run_time = 0.0
-    steps_before = int(carry.t)
-    chunks = 0
-    try:
-        while int(carry.t) < program.num_steps and (max_chunks is None or chunks < max_chunks):
-            result = run_scan(program.step, carry, min(chunk, program.num_steps))
-            carry = result.carry
-            compile_time += result.compile_time_s
-            run_time += result.run_time_s
-            chunks += 1
-            with sigint_held():
-                if on_chunk is not None:
-                    on_chunk(carry)
-                if manager is not None:
-                    manager.save(int(carry.t), carry)
-            if progress and bar is None:
-                bar = _progress_bar(program.num_steps, int(carry.t))
-            elif bar is not None:
-                bar.update(min(int(carry.t), program.num_steps) - bar.n)
-    except KeyboardInterrupt:
-        raise TrainingInterrupted(
-            min(int(carry.t), program.num_steps),
-            None if manager is None else manager.latest_step()) from None
-    finally:
-        if manager is not None:
-            manager.close()
-        if bar is not None:
-            bar.close()
+    timing = {"compile": 0.0, "run": 0.0}
+
+    def advance(c: TrainCarry) -> tuple[TrainCarry, dict]:
+        result = run_scan(program.step, c, min(chunk, program.num_steps))
+        timing["compile"] += result.compile_time_s
+        timing["run"] += result.run_time_s
+        return result.carry, {}
+
+    run = run_chunks(
+        advance, carry, position=lambda c: int(c.t), total=program.num_steps,
+        max_chunks=max_chunks, on_chunk=on_chunk,
+        save=None if manager is None else manager.save,
+        saved_step=None if manager is None else manager.latest_step(),
+        progress="deepsea" if progress else None,
+        cleanup=() if manager is None else (manager.close,))
+    carry, steps_before = run.carry, run.done_at_start
+    compile_time, run_time = timing["compile"], timing["run"]
     steps_done = min(int(carry.t), program.num_steps)
     returns, bad = to_host((carry.seeds.returns, carry.seeds.bad))
     done = steps_done // size
@@ -336,9 +313,3 @@ def _learned(returns: np.ndarray, bad: np.ndarray) -> tuple[int, int]:
             int(deepsea.running_mean_learned_episode(returns)))
 
 
-def _progress_bar(total: int, initial: int) -> Any:
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, initial=initial, unit="step", desc="deepsea")

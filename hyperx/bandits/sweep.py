@@ -41,7 +41,6 @@ import io
 import json
 import math
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -315,6 +314,7 @@ def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
     from hyperx.bandits.runner import run_bandit
+    from hyperx.loop import Chunk, run_chunks
 
     env, agents, checkpoints = check_args(args)
     settings = {key: getattr(args, key) for key in SETTINGS}
@@ -329,22 +329,31 @@ def run_from_args(args: argparse.Namespace) -> int:
     for i, start, stop in blocks:  # a damaged part is reported before any work
         if (i, start, stop) not in todo:
             _read_part(_part_path(out, i, start, stop), *agents[i][:2], start, stop, checkpoints)
+    def run_part(k: int) -> tuple[int, dict[str, Any]]:
+        i, start, stop = todo[k]
+        name, config, _, learner = agents[i]
+        begin = time.perf_counter()
+        try:
+            result = run_bandit(env, learner, horizon=args.steps, num_seeds=stop - start,
+                                first_seed=start, seed=args.seed,
+                                update_every=args.update_every, checkpoints=checkpoints)
+        except ValueError as err:
+            fail(f"--agents {name}{':' + config if config else ''}: {err}")
+        timing = {"wall_time_s": time.perf_counter() - begin,
+                  "compile_time_s": result.compile_time_s, "run_time_s": result.wall_time_s,
+                  "seed_rounds": args.steps * (stop - start), "group_size": result.group_size}
+        return k + 1, {"result": result, "timing": timing}
+
+    def write_part(chunk: Chunk) -> None:
+        i, start, stop = todo[chunk.done - 1]
+        name, config = agents[i][:2]
+        result = chunk.metrics["result"]
+        _write_part(_part_path(out, i, start, stop), name, config, start, result.t,
+                    result.regret, chunk.metrics["timing"])
+
     try:
-        for i, start, stop in _progress(todo, args.quiet):
-            name, config, _, learner = agents[i]
-            begin = time.perf_counter()
-            try:
-                result = run_bandit(env, learner, horizon=args.steps, num_seeds=stop - start,
-                                    first_seed=start, seed=args.seed,
-                                    update_every=args.update_every, checkpoints=checkpoints)
-            except ValueError as err:
-                fail(f"--agents {name}{':' + config if config else ''}: {err}")
-            timing = {"wall_time_s": time.perf_counter() - begin,
-                      "compile_time_s": result.compile_time_s, "run_time_s": result.wall_time_s,
-                      "seed_rounds": args.steps * (stop - start),
-                      "group_size": result.group_size}
-            _write_part(_part_path(out, i, start, stop), name, config, start, result.t,
-                        result.regret, timing)
+        run_chunks(run_part, 0, position=lambda k: k, total=len(todo), on_chunk=write_part,
+                   progress=None if args.quiet else "agents x seed parts")
     except KeyboardInterrupt:
         done = sum(_part_path(out, *b).exists() for b in blocks)
         interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
@@ -398,14 +407,6 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
     plot_regret(checkpoints, curves, out / "regret.png",
                 title=f"{env.name}: d={env.context_dim}, K={env.num_arms}, {args.seeds} seeds")
     return summary
-
-
-def _progress(items: list, quiet: bool):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, desc="agents x seed parts", disable=quiet, file=sys.stderr)
 
 
 def format_table(summary: dict[str, Any]) -> str:

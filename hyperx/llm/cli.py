@@ -21,6 +21,7 @@ finished steps' rows and exits with status 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -303,6 +304,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     from hyperx.agents.checkpoint import CheckpointManager
     from hyperx.llm import train as rl
     from hyperx.llm.tasks import Task
+    from hyperx.loop import TrainingInterrupted, run_chunks
 
     try:
         task = Task(args.task, args.difficulty, reward_type=args.reward)
@@ -335,7 +337,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     path = out / "metrics.csv"
     done: list[dict[str, float]] = []
     columns: list[str] = []
-    manager = stream = bar = None
+    bar = None
+    saved: int | None = None
 
     def progress(i: int, m: dict[str, float]) -> None:
         # ``step`` and ``tokens_total`` count from the start of the run, not of this chunk;
@@ -354,56 +357,60 @@ def run_from_args(args: argparse.Namespace) -> int:
             bar.set_postfix(reward=f"{m['reward']:.3f}", kl=f"{m['mismatch_kl']:.2e}",
                             len=f"{m['response_length']:.2f}")
 
-    try:
-        manager = CheckpointManager(str(out / "checkpoints"), settings)
-        if manager.latest_step() is None:
-            carry = _warm_start(args, trainer, train_lm, task, params, key)
-            manager.save(0, carry)
-        else:
-            before = ["greedy_accuracy_before"]
-            if args.warmup_steps:
-                before.append("warmup_final_loss")
-            like = _initial_carry(trainer, params, key,
-                                  dict.fromkeys(before, np.zeros((), np.float32)))
-            try:
-                carry = manager.restore_latest(like)
-            except ValueError as err:
-                fail(f"--resume: {err}")
-            try:
-                done.extend(read_metrics(path, int(carry.state.step)))
-            except (OSError, ValueError, csv.Error) as err:
-                fail(f"--resume: {path} does not hold the {int(carry.state.step)} steps of the "
-                     f"checkpoint ({err}); rerun with --overwrite to start again")
-            columns.extend(sorted(set(done[0]) - {"step"}) if done else ())
-        if done:
-            write_metrics(done, path)
-        else:
-            write_atomic(path, "")
-        stream = open(path, "a", newline="")  # noqa: SIM115 (closed in finally)
-        rows = csv.writer(stream)
-        if not args.quiet and len(done) < args.steps:
-            from tqdm.auto import tqdm
+    def advance(carry: Carry) -> tuple[Carry, dict]:
+        steps = min(args.checkpoint_every, args.steps - int(carry.state.step))
+        step_key = jax.random.wrap_key_data(carry.key)
+        state, _ = rl.train(trainer, carry.state, step_key, steps, callback=progress, timed=True)
+        return carry._replace(state=state, key=jax.random.key_data(
+            rl.advance_key(step_key, steps))), {}
 
-            bar = tqdm(total=args.steps, initial=len(done), desc="hyperx llm", unit="step")
-        while int(carry.state.step) < args.steps:
-            steps = min(args.checkpoint_every, args.steps - int(carry.state.step))
-            step_key = jax.random.wrap_key_data(carry.key)
-            state, _ = rl.train(trainer, carry.state, step_key, steps, callback=progress,
-                                timed=True)
-            carry = carry._replace(state=state, key=jax.random.key_data(
-                rl.advance_key(step_key, steps)))
-            manager.save(int(state.step), carry)
+    try:
+        resources = contextlib.ExitStack()
+        with resources:  # closes what the set-up opened if the set-up fails
+            manager = resources.enter_context(contextlib.closing(
+                CheckpointManager(str(out / "checkpoints"), settings)))
+            if manager.latest_step() is None:
+                carry = _warm_start(args, trainer, train_lm, task, params, key)
+                manager.save(0, carry)
+            else:
+                before = ["greedy_accuracy_before"]
+                if args.warmup_steps:
+                    before.append("warmup_final_loss")
+                like = _initial_carry(trainer, params, key,
+                                      dict.fromkeys(before, np.zeros((), np.float32)))
+                try:
+                    carry = manager.restore_latest(like)
+                except ValueError as err:
+                    fail(f"--resume: {err}")
+                try:
+                    done.extend(read_metrics(path, int(carry.state.step)))
+                except (OSError, ValueError, csv.Error) as err:
+                    fail(f"--resume: {path} does not hold the {int(carry.state.step)} steps of "
+                         f"the checkpoint ({err}); rerun with --overwrite to start again")
+                columns.extend(sorted(set(done[0]) - {"step"}) if done else ())
+            saved = int(carry.state.step)
+            if done:
+                write_metrics(done, path)
+            else:
+                write_atomic(path, "")
+            stream = resources.enter_context(open(path, "a", newline=""))
+            rows = csv.writer(stream)
+            if not args.quiet and len(done) < args.steps:
+                from tqdm.auto import tqdm
+
+                bar = resources.enter_context(contextlib.closing(
+                    tqdm(total=args.steps, initial=len(done), desc="hyperx llm", unit="step")))
+            resources = resources.pop_all()  # from here on the driver closes them
+        carry = run_chunks(advance, carry, position=lambda c: int(c.state.step),
+                           total=args.steps, save=manager.save, saved_step=saved,
+                           cleanup=(resources.close,)).carry
         _write_outputs(args, out, settings, carry, done, train_lm, task, key, start)
-    except KeyboardInterrupt:
-        saved = None if manager is None else manager.latest_step()
+    except KeyboardInterrupt as stop:
+        saved = stop.checkpoint_step if isinstance(stop, TrainingInterrupted) else saved
         where = ("no checkpoint yet" if saved is None
                  else f"the checkpoint of step {saved} is in {out / 'checkpoints'}")
         interrupted(f"{len(done)} of {args.steps} steps are in {path}; {where}; rerun the same "
                     "command with --resume to continue")
-    finally:
-        for resource in (stream, bar, manager):
-            if resource is not None:
-                resource.close()
     return 0
 
 

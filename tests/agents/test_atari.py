@@ -3,8 +3,10 @@ seeds sharded over devices."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import jax
@@ -16,6 +18,7 @@ from hyperx.agents.atari import GAMES_FILE, saved_games, train_atari
 from hyperx.agents.atari_cli import RunLog, write_games
 from hyperx.agents.config import AGENT_NAMES
 from hyperx.cli import main
+from hyperx.loop import Chunk
 
 SMALL = dict(buffer_size=400, learning_starts=64)
 
@@ -83,9 +86,9 @@ def test_saved_games_are_those_up_to_the_restored_step(tmp_path):
 
 def test_resumed_cli_log_appends_and_the_end_rewrites_the_games(tmp_path):
     def chunk(step):
-        return dict(env_steps=step, episodes=[dict(seed=0, env=0, env_step=step, score=1.0,
-                                                   length=5)],
-                    scores=np.ones((1, 1)), loss=np.zeros(1), steps_per_s=10.0)
+        return Chunk(step, 20, None, dict(
+            episodes=[dict(seed=0, env=0, env_step=step, score=1.0, length=5)],
+            scores=np.ones((1, 1)), loss=np.zeros(1), steps_per_s=10.0))
 
     log = RunLog(tmp_path, 1, progress=False, total=20)
     log(chunk(10))
@@ -135,6 +138,40 @@ def test_cli_writes_metrics_tensorboard_summary_and_plot(tmp_path):
                  "returns.png"):
         assert (out / name).exists(), name
     assert any((out / "tb").iterdir())
+
+
+@pytest.mark.slow
+def test_cli_ctrl_c_leaves_a_resumable_run_and_no_temporary_files(tmp_path):
+    """SIGINT once the first chunk is logged: exit 130 with one line naming the checkpoint and
+    --resume, no orbax temporaries; --resume then finishes the run from that checkpoint."""
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "hyperx.cli", "atari", "--game", "Pong", "--agent", "dqn",
+            "--steps", "512", "--envs-per-seed", "4", "--eval-every", "64",
+            "--eval-episodes", "0", "--learning-starts", "64", "--buffer-size", "512",
+            "--checkpoint", "--quiet", "--out", str(out)]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    metrics = out / "metrics.csv"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and not (
+            metrics.exists() and len(metrics.read_text().splitlines()) > 1):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    line = [x for x in err.splitlines() if x.strip()][-1]
+    assert line.startswith("hyperx: interrupted: after env step ") and "--resume" in line, line
+    assert "of 512 per seed" in line and "checkpoint of env step" in line, line
+    assert not [p for p in out.rglob("*") if "tmp" in p.name], list(out.rglob("*"))
+    assert json.loads((out / "run.json").read_text())["complete"] is False
+
+    done = subprocess.run([*argv, "--resume"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "run.json").read_text())["complete"] is True
+    assert json.loads((out / "summary.json").read_text())["env_steps_per_seed"] == 512
 
 
 @pytest.mark.slow
@@ -236,9 +273,9 @@ def test_evaluation_at_start_and_chunks_between_evaluations():
                          eval_episodes=1, eval_max_steps=20, eval_at_start=True,
                          on_chunk=chunks.append)
     assert [e["env_step"] for e in result.evaluations] == [0, 32, 64]
-    assert [c["env_steps"] for c in chunks] == [16, 32, 48, 64]
-    assert [c["scores"] is None for c in chunks] == [True, False, True, False]
-    assert chunks[-1]["evaluations"] == result.evaluations
+    assert [c.done for c in chunks] == [16, 32, 48, 64] and chunks[-1].total == 64
+    assert [c.metrics["scores"] is None for c in chunks] == [True, False, True, False]
+    assert chunks[-1].metrics["evaluations"] == result.evaluations
 
 
 def test_chunks_must_divide_the_evaluation_period():

@@ -28,8 +28,8 @@ def test_returns_are_written_chunk_by_chunk(tmp_path):
     writer = ReturnsWriter(tmp_path / "returns.csv")
     seen = []
 
-    def on_chunk(carry):
-        writer(carry.seeds.returns, carry.seeds.bad, int(carry.t) // 3)
+    def on_chunk(chunk):
+        writer(chunk.carry.seeds.returns, chunk.carry.seeds.bad, chunk.done // 3)
         seen.append(len(_rows(tmp_path / "returns.csv")))
 
     result = train_deepsea(CONFIG, 3, 8, num_seeds=2, chunk_steps=6, max_chunks=2,
@@ -92,17 +92,3 @@ def test_complete_checkpointed_run_says_so(tmp_path, capsys):
     assert np.loadtxt(tmp_path / "r" / "returns.csv", delimiter=",", skiprows=1).shape == (16, 4)
     assert main([*argv, "--resume"]) == 0  # now marked complete: nothing runs at all
     assert capsys.readouterr().out.startswith("run is complete")
-
-
-def test_progress_bar_starts_after_the_first_compiled_chunk(monkeypatch):
-    """The bar (and so its rate and ETA) is created once the first chunk, which includes the
-    compilation, is done: its clock starts at step chunk_steps, not at step 0."""
-    import hyperx.agents.deepsea as module
-
-    created = []
-    real = module._progress_bar
-    monkeypatch.setattr(module, "_progress_bar",
-                        lambda total, initial: created.append((total, initial)) or real(
-                            total, initial))
-    train_deepsea(CONFIG, 3, 8, num_seeds=2, chunk_steps=6, progress=True)
-    assert created == [(24, 6)]

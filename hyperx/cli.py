@@ -108,7 +108,7 @@ def _deepsea(args: argparse.Namespace) -> int:
     from hyperx.agents.deepsea_report import ReturnsWriter, describe, write_outputs
     from hyperx.loop import TrainingInterrupted
 
-    config = _check_deepsea(args)
+    config, program = _check_deepsea(args)
     settings = {key: getattr(args, key) for key in DEEPSEA_SETTINGS}
     out, manifest = prepare_out(args.out, "deepsea", settings, resume=args.resume,
                                 overwrite=args.overwrite, outputs=DEEPSEA_OUTPUTS)
@@ -127,7 +127,7 @@ def _deepsea(args: argparse.Namespace) -> int:
             config, args.size, args.episodes, num_seeds=args.seeds, seed=args.seed,
             mapping_seeds=mapping, chunk_steps=args.chunk_steps,
             checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
-            progress=not args.quiet,
+            progress=not args.quiet, program=program,
             on_chunk=lambda c: writer(c.carry.seeds.returns, c.carry.seeds.bad,
                                       c.done // args.size))
     except TrainingInterrupted as stop:
@@ -152,7 +152,7 @@ def _deepsea(args: argparse.Namespace) -> int:
 
 def _check_deepsea(args: argparse.Namespace):
     """What :func:`_deepsea` checks before it touches ``--out`` (mapping seeds, the sizes of
-    the program and of the seeds' carry); returns the agent config."""
+    the program and of the seeds' carry); returns the agent config and its program."""
     from hyperx.agents import get_config
     from hyperx.agents.deepsea import check_carry_memory, make_program
     from hyperx.envs.deepsea import MAX_MAPPING_SEED
@@ -163,10 +163,11 @@ def _check_deepsea(args: argparse.Namespace):
              f"{args.mapping_seed} .. {last}")
     config = get_config(args.agent)
     try:
-        check_carry_memory(make_program(config, args.size, args.episodes), args.seeds)
+        program = make_program(config, args.size, args.episodes, args.chunk_steps)
+        check_carry_memory(program, args.seeds)
     except ValueError as err:
         fail(f"--size {args.size}, --episodes {args.episodes}, --seeds {args.seeds}: {err}")
-    return config
+    return config, program
 
 
 def build_parser() -> argparse.ArgumentParser:

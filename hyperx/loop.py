@@ -2,8 +2,10 @@
 
 :func:`run_scan` compiles ``lax.scan(step_fn)`` over ``num_steps`` steps, in chunks of
 ``chunk_size`` so a progress callback (or logging, checkpoints) can run between compiled
-chunks. The chunk function is compiled once; a final partial chunk is padded with skipped steps
-(the step is wrapped in ``lax.cond(t < num_steps, ...)``), so nothing else is recompiled. Any
+chunks. The chunk function (:func:`scan_program`) is compiled once; a final partial chunk is
+padded with skipped steps (the step is wrapped in ``lax.cond(t < num_steps, ...)``), so nothing
+else is recompiled. A caller that runs the same scan again holds its :class:`ScanProgram` and
+passes it back: programs are returned to callers, never cached in module globals. Any
 loop whose state is a pytree uses it: the bandit runs (:func:`hyperx.bandits.runner.run_bandit`),
 the DeepSea and Atari trainers (:mod:`hyperx.agents.deepsea`, :mod:`hyperx.agents.atari`).
 
@@ -21,7 +23,6 @@ Beside them: :func:`shard_leading_axis` places a batch of runs over the devices 
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import time
@@ -37,8 +38,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from hyperx._rundir import sigint_held
 from hyperx._validation import check_int, check_memory, check_positive, host_memory_bytes
 
-__all__ = ["Chunk", "ChunkedRun", "ScanResult", "TrainingInterrupted", "log_grid", "run_chunks",
-           "run_scan", "shard_leading_axis", "to_host"]
+__all__ = ["Chunk", "ChunkedRun", "ScanProgram", "ScanResult", "TrainingInterrupted", "log_grid",
+           "run_chunks", "run_scan", "scan_program", "shard_leading_axis", "to_host"]
 
 Array = jax.Array
 Carry = Any
@@ -54,46 +55,27 @@ class ScanResult(NamedTuple):
     run_time_s: float
 
 
-def run_scan(
-    step_fn: Callable[[Carry, Array], tuple[Carry, Any]], carry: Carry, num_steps: int, *,
-    chunk_size: int | None = None, progress: Callable[[int, int], None] | None = None,
-) -> ScanResult:
-    """Run ``carry, out = step_fn(carry, t)`` for t = 0..num_steps-1 as compiled scans.
+class ScanProgram(NamedTuple):
+    """``lax.scan`` of a step over ``num_steps`` steps in chunks of ``chunk``, jitted once
+    (:func:`scan_program`). The caller holds it and passes it to :func:`run_scan` as often as
+    it likes: its compiled chunk lives as long as the caller keeps the program (nothing is
+    cached in this module)."""
 
-    Args:
-      step_fn: pure step; ``t`` is an int32 scalar shared by the whole batch.
-      carry: the initial pytree (its shardings are kept by the compiled chunks).
-      num_steps: number of steps.
-      chunk_size: steps per compiled call (default: all of them in one call).
-      progress: called as ``progress(steps_done, num_steps)`` after each chunk.
+    run_chunk: Callable[[Carry, Array], tuple[Carry, Any]]
+    num_steps: int
+    chunk: int
+
+
+def scan_program(step_fn: Callable[[Carry, Array], tuple[Carry, Any]], num_steps: int,
+                 chunk_size: int | None = None) -> ScanProgram:
+    """The chunk ``carry, outs = lax.scan(step_fn, carry, t0 + arange(chunk))``, jitted.
+
+    A final partial chunk is padded with skipped steps (the step is wrapped in
+    ``lax.cond(t < num_steps, ...)``), so one compiled chunk serves the whole run.
     """
     check_int("num_steps", num_steps)
     chunk = num_steps if chunk_size is None else min(chunk_size, num_steps)
     check_positive("chunk_size", chunk)
-    num_chunks = math.ceil(num_steps / chunk)
-    run_chunk = _chunk_fn(step_fn, num_steps, chunk)
-
-    start = time.perf_counter()
-    compiled = run_chunk.lower(carry, jnp.int32(0)).compile()
-    compile_time = time.perf_counter() - start
-
-    start = time.perf_counter()
-    outputs = []
-    for i in range(num_chunks):
-        carry, out = compiled(carry, jnp.int32(i * chunk))
-        outputs.append(to_host(out))
-        if progress is not None:
-            jax.block_until_ready(carry)
-            progress(min((i + 1) * chunk, num_steps), num_steps)
-    jax.block_until_ready(carry)
-    run_time = time.perf_counter() - start
-    stacked = jax.tree.map(lambda *xs: np.concatenate(xs)[:num_steps], *outputs)
-    return ScanResult(carry, stacked, compile_time, run_time)
-
-
-@functools.lru_cache(maxsize=64)
-def _chunk_fn(step_fn: Callable, num_steps: int, chunk: int) -> Callable:
-    """The jitted chunk of ``chunk`` steps (cached, so a repeated ``step_fn`` never recompiles)."""
     padded = math.ceil(num_steps / chunk) * chunk != num_steps
 
     def guarded_step(c: Carry, t: Array) -> tuple[Carry, Any]:
@@ -110,7 +92,53 @@ def _chunk_fn(step_fn: Callable, num_steps: int, chunk: int) -> Callable:
     def run_chunk(c: Carry, t0: Array) -> tuple[Carry, Any]:
         return jax.lax.scan(guarded_step, c, t0 + jnp.arange(chunk, dtype=jnp.int32))
 
-    return jax.jit(run_chunk)
+    return ScanProgram(jax.jit(run_chunk), num_steps, chunk)
+
+
+def run_scan(
+    step_fn: Callable[[Carry, Array], tuple[Carry, Any]] | ScanProgram, carry: Carry,
+    num_steps: int, *, chunk_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScanResult:
+    """Run ``carry, out = step_fn(carry, t)`` for t = 0..num_steps-1 as compiled scans.
+
+    Args:
+      step_fn: pure step; ``t`` is an int32 scalar shared by the whole batch. Or a
+        :class:`ScanProgram` of it (:func:`scan_program`), to reuse its compiled chunk across
+        calls (``num_steps`` and ``chunk_size`` must then be the program's).
+      carry: the initial pytree (its shardings are kept by the compiled chunks).
+      num_steps: number of steps.
+      chunk_size: steps per compiled call (default: all of them in one call).
+      progress: called as ``progress(steps_done, num_steps)`` after each chunk.
+    """
+    if isinstance(step_fn, ScanProgram):
+        program = step_fn
+        check_int("num_steps", num_steps)
+        asked = num_steps if chunk_size is None else min(chunk_size, num_steps)
+        if (num_steps, asked) != (program.num_steps, program.chunk):
+            raise ValueError(f"step_fn: a ScanProgram of {program.num_steps} steps in chunks of "
+                             f"{program.chunk}, asked for {num_steps} in chunks of {asked}")
+    else:
+        program = scan_program(step_fn, num_steps, chunk_size)
+    chunk = program.chunk
+    num_chunks = math.ceil(num_steps / chunk)
+
+    start = time.perf_counter()
+    compiled = program.run_chunk.lower(carry, jnp.int32(0)).compile()
+    compile_time = time.perf_counter() - start
+
+    start = time.perf_counter()
+    outputs = []
+    for i in range(num_chunks):
+        carry, out = compiled(carry, jnp.int32(i * chunk))
+        outputs.append(to_host(out))
+        if progress is not None:
+            jax.block_until_ready(carry)
+            progress(min((i + 1) * chunk, num_steps), num_steps)
+    jax.block_until_ready(carry)
+    run_time = time.perf_counter() - start
+    stacked = jax.tree.map(lambda *xs: np.concatenate(xs)[:num_steps], *outputs)
+    return ScanResult(carry, stacked, compile_time, run_time)
 
 
 class Chunk(NamedTuple):

@@ -11,7 +11,14 @@ import pytest
 
 import hyperx.loop as loop
 from hyperx._rundir import sigint_held
-from hyperx.loop import Chunk, TrainingInterrupted, log_grid, run_chunks, run_scan
+from hyperx.loop import (
+    Chunk,
+    TrainingInterrupted,
+    log_grid,
+    run_chunks,
+    run_scan,
+    scan_program,
+)
 
 
 def test_log_grid_by_hand():
@@ -163,3 +170,28 @@ def test_run_chunks_refuses_bad_arguments():
 def test_chunk_is_what_every_trainer_hands_its_hook():
     chunk = Chunk(3, 10, "carry", {"loss": 1.0})
     assert (chunk.done, chunk.total, chunk.carry, chunk.metrics["loss"]) == (3, 10, "carry", 1.0)
+
+
+def test_a_held_scan_program_runs_again_and_refuses_other_lengths():
+    """Hand-computed: sum of t over 0..9 is 45 from carry 0, 145 from carry 100; a program of
+    10 steps in chunks of 4 (padded to 12) refuses 9 steps or chunks of 5."""
+    program = scan_program(lambda c, t: (c + t, t), 10, 4)
+    assert int(run_scan(program, jnp.int32(0), 10, chunk_size=4).carry) == 45
+    again = run_scan(program, jnp.int32(100), 10, chunk_size=4)
+    assert int(again.carry) == 145 and again.outputs.shape == (10,)
+    for num_steps, chunk in ((9, 4), (10, 5), (10, None)):
+        with pytest.raises(ValueError, match="step_fn: a ScanProgram of 10 steps in chunks of 4"):
+            run_scan(program, jnp.int32(0), num_steps, chunk_size=chunk)
+
+
+def test_no_module_keeps_compiled_programs_in_a_global_cache():
+    """Programs are returned to their callers (issue 23): no module-level ``lru_cache`` or
+    ``cache`` decorator anywhere in the package (a learner's own per-dimension memo is local)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(loop.__file__).parent
+    found = [f"{p.relative_to(root)}:{i + 1}" for p in root.rglob("*.py")
+             for i, line in enumerate(p.read_text().splitlines())
+             if re.match(r"@(functools\.)?(lru_)?cache\b", line.strip())]
+    assert found == []

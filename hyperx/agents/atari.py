@@ -27,7 +27,6 @@ first stored observation of each stream is flagged as a game start).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import time
@@ -52,7 +51,14 @@ from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.atari_replay import make_frame_replay, replay_bytes
 from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
-from hyperx.loop import Chunk, run_chunks, run_scan, shard_leading_axis
+from hyperx.loop import (
+    Chunk,
+    ScanProgram,
+    run_chunks,
+    run_scan,
+    scan_program,
+    shard_leading_axis,
+)
 
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
@@ -106,7 +112,10 @@ class StepLog(NamedTuple):
 
 
 class AtariProgram(NamedTuple):
-    """The pure pieces of a run, built once per (config, game, seeds, envs, actions)."""
+    """The pieces of a run, built once per (config, game, seeds, envs, actions): the pure
+    ``act`` / ``observe`` halves of an iteration, the jitted ``init``, the host loop's jitted
+    halves (``host_act``, ``host_observe``) and the evaluation policy (``eval_act``, the
+    config's ``eval_epsilon``). The caller holds it; nothing is cached in this module."""
 
     agent: Agent
     num_seeds: int
@@ -114,6 +123,9 @@ class AtariProgram(NamedTuple):
     act: Callable
     observe: Callable
     init: Callable
+    host_act: Callable
+    host_observe: Callable
+    eval_act: Callable
 
 
 class AtariResult(NamedTuple):
@@ -138,7 +150,6 @@ class AtariResult(NamedTuple):
     carry: AtariCarry
 
 
-@functools.lru_cache(maxsize=8)
 def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per_seed: int,
                  step_budget: int, pad: str) -> AtariProgram:
     """The act / observe halves of one iteration for ``num_seeds`` vmapped agents."""
@@ -177,7 +188,9 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
                          jnp.ones((num_seeds, envs_per_seed), bool), zeros,
                          zeros.astype(jnp.int32))
 
-    return AtariProgram(agent, num_seeds, envs_per_seed, act, observe, jax.jit(init))
+    return AtariProgram(agent, num_seeds, envs_per_seed, act, observe, jax.jit(init),
+                        jax.jit(act), jax.jit(observe, donate_argnums=0),
+                        _eval_act(agent, float(config.eval_epsilon)))
 
 
 def check_replay_memory(config: AgentConfig, seeds: int, steps: int) -> None:
@@ -254,15 +267,10 @@ def sharded_step(program: AtariProgram, pools: list[tuple[EnvCarry, Callable]],
     return env_carry, step
 
 
-@functools.lru_cache(maxsize=8)
-def _host_functions(program: AtariProgram) -> tuple[Callable, Callable]:
-    return jax.jit(program.act), jax.jit(program.observe, donate_argnums=0)
-
-
 def host_steps(program: AtariProgram, env: AtariEnv, seeds: SeedCarry, num_steps: int
                ) -> tuple[SeedCarry, StepLog]:
     """``num_steps`` iterations over the gymnasium face (the host-loop path)."""
-    act, observe = _host_functions(program)
+    act, observe = program.host_act, program.host_observe
     logs = []
     for _ in range(num_steps):
         seeds, actions, k_observe = act(seeds)
@@ -289,7 +297,8 @@ def evaluate(program: AtariProgram, params: Any, prior: Any, env: AtariEnv, key:
     k_index, key = jax.random.split(key)
     index = jax.vmap(jax.vmap(program.agent.eval_index))(
         jax.random.split(k_index, s * episodes).reshape(s, episodes, -1))
-    act = _eval_act(program.agent, float(epsilon))
+    act = (program.eval_act if epsilon == program.agent.config.eval_epsilon
+           else _eval_act(program.agent, float(epsilon)))
     scores = np.zeros((s, episodes))
     done = np.zeros((s, episodes), bool)
     for _ in range(max_steps):
@@ -305,8 +314,9 @@ def evaluate(program: AtariProgram, params: Any, prior: Any, env: AtariEnv, key:
     return scores
 
 
-@functools.lru_cache(maxsize=8)
 def _eval_act(agent: Agent, epsilon: float) -> Callable:
+    """The jitted evaluation policy: greedy on the given index, with probability ``epsilon``
+    a uniformly random action instead (vmapped over seeds)."""
     from hyperx.agents.core import greedy_action
 
     def act(params: Any, prior: Any, obs: Array, index: Array, key: Array) -> Array:
@@ -481,6 +491,7 @@ def train_atari(
         resources = resources.pop_all()  # from here on the driver closes them
     timing = {"compile": 0.0, "run": 0.0, "iterations": 0}
     env_cell = [env_carry]
+    scans: dict[int, ScanProgram] = {}  # one compiled chunk per chunk length (two at most)
 
     def advance(carry: AtariCarry) -> tuple[AtariCarry, dict]:
         length = min(every, iterations - int(carry.t))
@@ -490,7 +501,9 @@ def train_atari(
             seeds_carry, log = host_steps(program, env, carry.seeds, length)
             chunk_time = time.perf_counter() - start
         else:
-            result = run_scan(step_fn, (env_cell[0], carry.seeds), length)
+            if length not in scans:
+                scans[length] = scan_program(step_fn, length)
+            result = run_scan(scans[length], (env_cell[0], carry.seeds), length)
             (env_cell[0], seeds_carry), log = result.carry, result.outputs
             timing["compile"] += result.compile_time_s
             chunk_time = result.run_time_s

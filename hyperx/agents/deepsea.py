@@ -28,7 +28,6 @@ far it got and which checkpoint to resume from.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -48,7 +47,15 @@ from hyperx.agents.api import run_key, split_run_key, step_keys
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
 from hyperx.envs import deepsea
-from hyperx.loop import Chunk, run_chunks, run_scan, shard_leading_axis, to_host
+from hyperx.loop import (
+    Chunk,
+    ScanProgram,
+    run_chunks,
+    run_scan,
+    scan_program,
+    shard_leading_axis,
+    to_host,
+)
 from hyperx.loop import TrainingInterrupted as TrainingInterrupted  # its home before hyperx.loop
 
 Array = jax.Array
@@ -100,14 +107,19 @@ class DeepSeaResult(NamedTuple):
 
 
 class DeepSeaProgram(NamedTuple):
-    """A compiled-once training program: ``init(keys, mappings) -> TrainCarry`` (jitted) and
-    the batched ``step(carry, t)`` for :func:`hyperx.loop.run_scan`."""
+    """A compiled-once training program: ``init(keys, mappings) -> TrainCarry`` (jitted), the
+    batched ``step(carry, t)`` and its chunk of ``chunk`` steps (``scan``, for
+    :func:`hyperx.loop.run_scan`). Hold it and pass it to :func:`train_deepsea` again to run
+    more seeds or another base seed without compiling again."""
 
+    config: AgentConfig
     agent: Agent
     size: int
     num_steps: int
+    chunk: int
     init: Any
     step: Any
+    scan: ScanProgram
 
 
 def state_id(state: deepsea.EnvState, size: int) -> Array:
@@ -115,18 +127,19 @@ def state_id(state: deepsea.EnvState, size: int) -> Array:
     return (state.row * size + state.column).astype(jnp.int32)
 
 
-@functools.lru_cache(maxsize=32)
-def make_program(config: AgentConfig, size: int, num_episodes: int) -> DeepSeaProgram:
-    """The training program of ``config`` on DeepSea(size) for ``num_episodes`` episodes.
-
-    Cached on its (hashable) arguments, so repeated runs reuse the compiled chunk.
-    """
+def make_program(config: AgentConfig, size: int, num_episodes: int,
+                 chunk_steps: int | None = None) -> DeepSeaProgram:
+    """The training program of ``config`` on DeepSea(size) for ``num_episodes`` episodes, in
+    chunks of ``chunk_steps`` env steps (default: about 20 chunks per run; more than the
+    run's steps is one chunk of the run's steps)."""
     check_int("size", size, high=int((INT32_MAX // 2) ** 0.5))
     check_int("num_episodes", num_episodes)
     num_steps = size * num_episodes
     if num_steps > INT32_MAX:
         raise ValueError(f"num_episodes: expected size x num_episodes <= {INT32_MAX} env steps "
                          f"(the int32 step counter), got {size} x {num_episodes} = {num_steps}")
+    chunk = chunk_steps or max(size, -(-num_steps // 20))
+    check_int("chunk_steps", chunk)
     agent = make_agent(config, 2, jnp.int32(0), num_states=size * size, step_budget=num_steps)
 
     def init_seed(key: Array, mapping: Array) -> SeedCarry:
@@ -163,7 +176,8 @@ def make_program(config: AgentConfig, size: int, num_episodes: int) -> DeepSeaPr
     def init(keys: Array, mappings: Array) -> TrainCarry:
         return TrainCarry(jnp.int32(0), jax.vmap(init_seed)(keys, mappings))
 
-    return DeepSeaProgram(agent, size, num_steps, jax.jit(init), step)
+    return DeepSeaProgram(config, agent, size, num_steps, chunk, jax.jit(init), step,
+                          scan_program(step, min(chunk, num_steps)))
 
 
 def _mappings(size: int, num_seeds: int, mapping_seeds: int | Sequence[int]) -> np.ndarray:
@@ -206,7 +220,7 @@ def train_deepsea(
     chunk_steps: int | None = None, checkpoint_dir: str | None = None,
     max_chunks: int | None = None, progress: bool = False,
     on_chunk: Callable[[Chunk], None] | None = None,
-    devices: Sequence[Any] | None = None,
+    devices: Sequence[Any] | None = None, program: DeepSeaProgram | None = None,
 ) -> DeepSeaResult:
     """Train ``config`` on DeepSea(size) for ``num_episodes`` episodes and ``num_seeds`` seeds.
 
@@ -228,6 +242,8 @@ def train_deepsea(
       on_chunk: called after each chunk (before its checkpoint) with a
         :class:`hyperx.loop.Chunk`: ``done`` env steps per seed, the carry (e.g. to write the
         episodes finished so far), no metrics.
+      program: the :func:`make_program` of these arguments, held by the caller to run again
+        without compiling again (default: built for this call).
       devices: spread the seeds over these devices (``num_seeds`` a multiple of their number)
         on a 1-D mesh ``"runs"`` (:func:`hyperx.loop.shard_leading_axis`); default:
         everything on the default device. Seed s is keyed as without devices (on CPU, four
@@ -243,9 +259,15 @@ def train_deepsea(
     run; a chunk's hook and save are finished first).
     """
     check_int("num_seeds", num_seeds)
-    program = make_program(config, size, num_episodes)
-    chunk = chunk_steps or max(size, -(-program.num_steps // 20))
-    check_int("chunk_steps", chunk)
+    if program is None:
+        program = make_program(config, size, num_episodes, chunk_steps)
+    elif ((program.config, program.size, program.num_steps) != (config, size, size * num_episodes)
+          or chunk_steps not in (None, program.chunk)):
+        raise ValueError(f"program: built for {program.config.name} on DeepSea({program.size}), "
+                         f"{program.num_steps} env steps in chunks of {program.chunk}; this "
+                         f"call asks for {config.name} on DeepSea({size}), "
+                         f"{size * num_episodes} env steps in chunks of {chunk_steps}")
+    chunk = program.chunk
     devices = None if devices is None else list(devices)
     if devices is not None:
         check_int("devices", len(devices))
@@ -273,7 +295,7 @@ def train_deepsea(
     timing = {"compile": 0.0, "run": 0.0}
 
     def advance(c: TrainCarry) -> tuple[TrainCarry, dict]:
-        result = run_scan(program.step, c, min(chunk, program.num_steps))
+        result = run_scan(program.scan, c, program.scan.num_steps)
         timing["compile"] += result.compile_time_s
         timing["run"] += result.run_time_s
         return result.carry, {}

@@ -38,9 +38,16 @@ from hyperx._validation import (
 )
 from hyperx.bandits.base import BanditSpec, Learner, delayed
 from hyperx.envs.bandits import BanditEnv
-from hyperx.loop import log_grid, run_scan, shard_leading_axis, to_host
+from hyperx.loop import (
+    ScanProgram,
+    log_grid,
+    run_scan,
+    scan_program,
+    shard_leading_axis,
+    to_host,
+)
 
-__all__ = ["BanditResult", "check_run_memory", "run_bandit"]
+__all__ = ["BanditProgram", "BanditResult", "bandit_program", "check_run_memory", "run_bandit"]
 
 Array = jax.Array
 
@@ -114,12 +121,47 @@ def _check_grid(grid: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return values
 
 
-@functools.lru_cache(maxsize=64)
-def _bandit_program(
+class BanditProgram(NamedTuple):
+    """The compiled pieces of :func:`run_bandit` for one (env, learner, horizon, update
+    period, recorded rounds, grid or not, chunk size): the jitted batched ``init_runs`` and the
+    batched step's :class:`hyperx.loop.ScanProgram`. Build it with :func:`bandit_program` and
+    pass it to ``run_bandit(program=...)`` to run more seeds (a sweep's parts) without
+    compiling again; nothing is cached in this module."""
+
+    env: BanditEnv
+    learner: Learner | Callable[..., Learner]
+    settings: tuple
+    init_runs: Callable
+    scan: ScanProgram
+
+
+def bandit_program(
+    env: BanditEnv, learner: Learner | Callable[..., Learner], *, horizon: int,
+    update_every: int = 1, checkpoints: Any = None, grid: bool = False,
+    chunk_size: int | None = None,
+) -> BanditProgram:
+    """The program :func:`run_bandit` runs for these arguments (``grid``: whether ``learner``
+    is a factory called with a grid point); arguments are checked there."""
+    t_record = log_grid(horizon) if checkpoints is None else np.asarray(checkpoints)
+    init_runs, step = _bandit_functions(env, learner, horizon, update_every,
+                                        tuple(np.asarray(t_record).tolist()), grid)
+    return BanditProgram(env, learner, _settings(horizon, update_every, t_record, grid,
+                                                 chunk_size),
+                         init_runs, scan_program(step, horizon, chunk_size))
+
+
+def _settings(horizon: int, update_every: int, t_record: Any, grid: bool,
+              chunk_size: int | None) -> tuple:
+    """What, besides the env and learner, a :class:`BanditProgram` is built for."""
+    return (horizon, update_every, tuple(np.asarray(t_record).tolist()), bool(grid),
+            min(chunk_size or horizon, horizon))
+
+
+def _bandit_functions(
     env: BanditEnv, learner: Learner | Callable[..., Learner], horizon: int, update_every: int,
     t_record: tuple[int, ...], has_grid: bool,
 ) -> tuple[Callable, Callable]:
-    """Jitted batched init and the batched step (cached: equal arguments reuse the compiled run)."""
+    """Jitted batched init and the batched step."""
     t_dev = jnp.asarray(t_record, jnp.int32)
     spec = BanditSpec.from_env(env, horizon)
 
@@ -159,6 +201,7 @@ def run_bandit(
     update_every: int = 1, checkpoints: Any = None, chunk_size: int | None = None,
     progress: Callable[[int, int], None] | None = None, devices: list[Any] | None = None,
     group_size: int | str | None = "auto", first_seed: int = 0,
+    program: BanditProgram | None = None,
 ) -> BanditResult:
     """Cumulative expected regret of ``learner`` on ``env`` for ``num_seeds`` seeds.
 
@@ -174,6 +217,8 @@ def run_bandit(
       update_every: B > 1 gives batched / delayed feedback (``hyperx.bandits.base.delayed``).
       checkpoints: increasing round counts in [1, T] to record (default ``log_grid(T)``).
       chunk_size, progress: see :func:`run_scan`.
+      program: the :func:`bandit_program` of these arguments, held by the caller to run more
+        seeds without compiling again (default: built for this call).
       devices: devices to shard the runs over (default: all, which after
         ``jax.distributed.initialize()`` are every process's); runs are padded to a multiple.
       group_size: runs per compiled pass: an int, ``None`` (all runs in one pass) or
@@ -215,12 +260,17 @@ def run_bandit(
             or np.any(np.diff(t_record) <= 0)):
         raise ValueError(f"checkpoints: expected increasing round counts in [1, {horizon}], "
                          f"got {t_record}")
-    program_args = (env, learner, horizon, update_every, tuple(t_record.tolist()),
-                    bool(grid_values))
-    try:
-        init_runs, batched_step = _bandit_program(*program_args)
-    except TypeError:  # an unhashable env or learner: build the program without the cache
-        init_runs, batched_step = _bandit_program.__wrapped__(*program_args)
+    settings = _settings(horizon, update_every, t_record, bool(grid_values), chunk_size)
+    if program is None:
+        program = bandit_program(env, learner, horizon=horizon, update_every=update_every,
+                                 checkpoints=t_record, grid=bool(grid_values),
+                                 chunk_size=chunk_size)
+    elif program.env is not env or program.learner is not learner or program.settings != settings:
+        raise ValueError("program: built for another env, learner or settings (horizon, "
+                         f"update_every, checkpoints, grid, chunk): {program.settings[:2]} ..., "
+                         f"this call has {settings[:2]} ...; build it with bandit_program() "
+                         "from this call's arguments")
+    init_runs = program.init_runs
 
     devices = jax.devices() if devices is None else list(devices)
     num_runs = num_points * num_seeds
@@ -260,7 +310,7 @@ def run_bandit(
             _group_progress, progress, g, num_groups, horizon)
         carry = init_runs(*shard_leading_axis((keys[part], {k: v[part] for k, v in
                                                             hparams.items()}), devices))
-        result = run_scan(batched_step, carry, horizon, chunk_size=chunk_size,
+        result = run_scan(program.scan, carry, horizon, chunk_size=chunk_size,
                           progress=group_progress)
         records.append(to_host(result.carry.record))
         compile_time += result.compile_time_s
@@ -285,8 +335,7 @@ def check_run_memory(env: BanditEnv, learner: Learner, horizon: int,
     """Raise ``ValueError`` with the estimate when ONE run of ``learner`` on ``env`` cannot
     fit in device memory (three times its state, as in :func:`run_bandit`), from shapes only:
     a command checks this before any work; ``run_bandit`` then sizes its groups."""
-    init_runs, _ = _bandit_program.__wrapped__(env, learner, horizon, update_every,
-                                               (horizon,), False)
+    init_runs, _ = _bandit_functions(env, learner, horizon, update_every, (horizon,), False)
     run_bytes = _state_bytes(init_runs, jax.ShapeDtypeStruct((1, 2), jnp.uint32), {})
     check_memory(f"run state ({format_bytes(run_bytes)} per run)", 3 * run_bytes,
                  device_memory_bytes(), "device memory")

@@ -313,7 +313,7 @@ def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
-    from hyperx.bandits.runner import run_bandit
+    from hyperx.bandits.runner import BanditProgram, bandit_program, run_bandit
     from hyperx.loop import Chunk, run_chunks
 
     env, agents, checkpoints = check_args(args)
@@ -329,14 +329,21 @@ def run_from_args(args: argparse.Namespace) -> int:
     for i, start, stop in blocks:  # a damaged part is reported before any work
         if (i, start, stop) not in todo:
             _read_part(_part_path(out, i, start, stop), *agents[i][:2], start, stop, checkpoints)
+    programs: dict[int, BanditProgram] = {}  # one compiled program per agent, for its parts
+
     def run_part(k: int) -> tuple[int, dict[str, Any]]:
         i, start, stop = todo[k]
         name, config, _, learner = agents[i]
         begin = time.perf_counter()
         try:
+            if i not in programs:
+                programs[i] = bandit_program(env, learner, horizon=args.steps,
+                                             update_every=args.update_every,
+                                             checkpoints=checkpoints)
             result = run_bandit(env, learner, horizon=args.steps, num_seeds=stop - start,
                                 first_seed=start, seed=args.seed,
-                                update_every=args.update_every, checkpoints=checkpoints)
+                                update_every=args.update_every, checkpoints=checkpoints,
+                                program=programs[i])
         except ValueError as err:
             fail(f"--agents {name}{':' + config if config else ''}: {err}")
         timing = {"wall_time_s": time.perf_counter() - begin,

@@ -72,6 +72,20 @@ def test_a_seeds_random_draws_do_not_depend_on_the_batch():
                  one.agent.params, two.agent.params)
 
 
+def test_a_held_program_trains_again_as_a_fresh_call_does():
+    """The program returned by make_program runs a second base seed exactly as a fresh call;
+    one built for other arguments is refused naming ``program``."""
+    config = get_config("dqn")
+    program = make_program(config, 3, 8, chunk_steps=6)
+    held = train_deepsea(config, 3, 8, num_seeds=2, seed=5, program=program)
+    fresh = train_deepsea(config, 3, 8, num_seeds=2, seed=5, chunk_steps=6)
+    np.testing.assert_array_equal(held.returns, fresh.returns)
+    for args, kwargs in (((3, 9), {}), ((3, 8), {"chunk_steps": 3}),
+                         ((4, 6), {})):
+        with pytest.raises(ValueError, match="program: built for dqn on DeepSea"):
+            train_deepsea(config, *args, program=program, **kwargs)
+
+
 def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match="size"):
         make_program(get_config("dqn"), 0, 10)

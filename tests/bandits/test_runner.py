@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from hyperx.bandits.baselines import epsilon_greedy, uniform_random
 from hyperx.bandits.linear import ensemble_pp, exact_ts
-from hyperx.bandits.runner import run_bandit
+from hyperx.bandits.runner import bandit_program, run_bandit
 from hyperx.envs.bandits import make_bandit_env
 from hyperx.loop import log_grid
 
@@ -95,6 +95,23 @@ def test_same_seed_same_regret_and_batch_size_does_not_matter():
     assert not np.array_equal(a.regret, c.regret)
     assert not np.array_equal(a.regret[0], a.regret[1])
     np.testing.assert_array_equal(wide.regret[:2], a.regret)
+
+
+def test_a_held_program_runs_more_seeds_as_fresh_calls_do_and_refuses_other_settings():
+    """A sweep's parts: one program, seeds 0-1 then 2-4, give the regret of fresh calls; a
+    program built for another horizon, learner or chunk is refused naming ``program``."""
+    learner = LEARNERS["ridge"]
+    program = bandit_program(RUSSO, learner, horizon=HORIZON)
+    first = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=2, seed=7, program=program)
+    rest = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=3, first_seed=2, seed=7,
+                      program=program)
+    fresh = run_bandit(RUSSO, learner, horizon=HORIZON, num_seeds=5, seed=7)
+    np.testing.assert_array_equal(np.concatenate([first.regret, rest.regret]), fresh.regret)
+    for kwargs in (dict(horizon=HORIZON + 1), dict(horizon=HORIZON, chunk_size=7)):
+        with pytest.raises(ValueError, match="program: built for another"):
+            run_bandit(RUSSO, learner, num_seeds=2, program=program, **kwargs)
+    with pytest.raises(ValueError, match="program: built for another"):
+        run_bandit(RUSSO, LEARNERS["uniform"], horizon=HORIZON, program=program)
 
 
 def test_grid_points_match_single_runs_and_chunking_changes_nothing():
@@ -184,7 +201,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
     import numpy as np
     from hyperx.bandits.baselines import epsilon_greedy
     from hyperx.envs.bandits import make_bandit_env
-    from hyperx.bandits.runner import run_bandit
+    from hyperx.bandits.runner import bandit_program, run_bandit
     env = make_bandit_env("russo", dim=3, num_arms=5)
     learner = epsilon_greedy(0.1)
     kw = dict(horizon=30, num_seeds=6, seed=11)

@@ -32,8 +32,7 @@ import time
 import numpy as np
 
 from hyperx.agents import AGENT_NAMES, get_config
-from hyperx.agents.api import DEEPSEA_STEP_BUDGETS
-from hyperx.agents.deepsea import train_deepsea
+from hyperx.agents.deepsea import DEEPSEA_STEP_BUDGETS, train_deepsea
 from hyperx.envs.deepsea import bsuite_learned_episode, running_mean_learned_episode
 
 BUDGETS = {n: DEEPSEA_STEP_BUDGETS[n] for n in (10, 20, 30, 40, 50)}  # the package's table

@@ -3,7 +3,8 @@
 Per update and per sample (microseconds, median of repeats), for d in {100, 1000, 4000} and
 M in {16, 64}:
 
-- ensemble_pp: incremental factor update O(d^2 + dM), sample O(dM) (hyperx.linear.ensemble_pp).
+- ensemble_pp: incremental factor update O(d^2 + dM), sample O(dM)
+  (hyperx.linear.ensemble_pp_posterior).
 - exact_ts_sqrt: exact TS with a maintained square-root factor, update O(d^2), sample O(d^2)
   (hyperx.linear.exact_posterior).
 - exact_ts_refactor: exact TS re-factorising each step, update O(d^2) (gaussian_update),
@@ -35,7 +36,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from hyperx.linear import ensemble_pp, ensemble_pp_recompute, exact_posterior, gaussian_update
+from hyperx.linear import (
+    ensemble_pp_posterior,
+    ensemble_pp_recompute,
+    exact_posterior,
+    gaussian_update,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NOISE_STD = 0.1
@@ -65,7 +71,7 @@ def _refactor_model(dim: int):
 def _model(method: str, dim: int, m: int):
     if method == "exact_ts_refactor":
         return _refactor_model(dim)
-    model = {"ensemble_pp": lambda: ensemble_pp(dim, m, noise_std=NOISE_STD),
+    model = {"ensemble_pp": lambda: ensemble_pp_posterior(dim, m, noise_std=NOISE_STD),
              "exact_ts_sqrt": lambda: exact_posterior(dim, noise_std=NOISE_STD),
              "recompute": lambda: ensemble_pp_recompute(dim, m, noise_std=NOISE_STD)}[method]()
     return model.init, model.update, model.sample

@@ -1,18 +1,22 @@
 """Flax heads that turn an index into a member of a continuous ensemble.
 
-Three heads, each ``head(x, xi)`` over a batched input ``x`` of shape ``(B, ...)``:
+Four heads, each ``head(x, xi)`` over a batched input ``x`` of shape ``(B, ...)``:
 
 * :class:`HypermodelHead` (HyperDQN / HyperFQI / HyperAgent): only the last layer is generated
   from the index,
   ``Q(s, a, xi) = s_post <phi_theta(s), (A xi + b)_a> + s_prior <phi_0(s), (A_0 xi + b_0)_a>``
   (Li et al., HyperDQN, ICLR 2022; Li et al., HyperAgent, ICML 2024, arXiv:2402.10228;
   Dwaracherla et al., Hypermodels for Exploration, ICLR 2020).
-* :class:`EnsemblePlusHead` (neural Ensemble++, Li et al., arXiv:2407.13195):
+* :class:`EnsemblePPHead` (neural Ensemble++, Li et al., arXiv:2407.13195):
   ``f(x, zeta) = w^T h(x) + s_post <sg(h(x)), A zeta + b> + s_prior <sg(h(x)), A_0 zeta>``.
 * :class:`EpinetHead` (Osband et al., Epistemic Neural Networks, NeurIPS 2023):
   ``f(x, z) = mu(x) + sigma_L(sg(phi(x)), x, z) + sigma_P(x, z)``.
-* :class:`EnsembleHead` (Ensemble+, Osband et al., NeurIPS 2018): M separate networks with
-  frozen random priors, mixed by the index (one-hot selects a member).
+* :class:`RandomPriorEnsembleHead` (Ensemble+, Osband et al., NeurIPS 2018): M separate
+  networks with frozen random priors, mixed by the index (one-hot selects a member).
+
+``EnsemblePlusHead`` and ``EnsembleHead`` are the old names of :class:`EnsemblePPHead` and
+:class:`RandomPriorEnsembleHead` (one was Ensemble++, the other Ensemble+); they import for one
+more release with a ``DeprecationWarning``.
 
 Index shapes: ``xi`` of shape ``(M,)`` gives outputs ``(B, O)``; ``(K, M)`` (the same K indices
 for every input) or ``(B, K, M)`` (K indices per input) give ``(B, K, O)``. So a loss over K
@@ -35,7 +39,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from hyperx._deprecation import moved
 from hyperx._validation import check_choice, check_floating, check_integer, check_rank, check_shape
+
+__getattr__ = moved("hyperx.heads", {"EnsemblePlusHead": "hyperx.heads:EnsemblePPHead",
+                                     "EnsembleHead": "hyperx.heads:RandomPriorEnsembleHead"})
 
 Array = jax.Array
 Variables = dict[str, Any]
@@ -409,7 +417,7 @@ class HypermodelHead(nn.Module):
         return frozen.apply({"params": jax.lax.stop_gradient(params0)}, x)
 
 
-class EnsemblePlusHead(nn.Module):
+class EnsemblePPHead(nn.Module):
     """Neural Ensemble++ head (Li et al., Scalable Exploration via Ensemble++, arXiv:2407.13195).
 
     ``f(x, zeta) = w^T h(x) + s_post <sg(h(x)), A zeta + b> + s_prior <sg(h(x)), A_0 zeta>``.
@@ -490,7 +498,7 @@ class EpinetHead(nn.Module):
         return jnp.swapaxes(h, 1, 2)
 
 
-class EnsembleHead(nn.Module):
+class RandomPriorEnsembleHead(nn.Module):
     """Ensemble+ with randomized priors (Osband et al., NeurIPS 2018; bsuite's boot_dqn).
 
     ``f(x, xi) = sum_m xi_m (f_m(x) + prior_scale * p_m(x))`` over ``index_dim`` members, each an
@@ -557,11 +565,11 @@ def generated_sq_norm(params: Any, xi: Array) -> Array:
     """``||A xi + b||^2`` of the generated last layer, per index: ``xi`` (..., M) -> (...).
 
     ``params`` is the trainable collection of a :class:`HypermodelHead` or
-    :class:`EnsemblePlusHead`. This is the regulariser of the perturbed value loss (Li et al.,
+    :class:`EnsemblePPHead`. This is the regulariser of the perturbed value loss (Li et al.,
     HyperAgent, ICML 2024; HyperDQN's l2 on the generated weights).
     """
     if "hyper" not in params:
-        raise ValueError("params: expected the params of a HypermodelHead or EnsemblePlusHead "
+        raise ValueError("params: expected the params of a HypermodelHead or EnsemblePPHead "
                          f"(a 'hyper' entry), got keys {sorted(params)}")
     a, b = params["hyper"]["A"], params["hyper"]["b"]
     check_floating("xi", xi)

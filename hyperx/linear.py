@@ -58,6 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hyperx._deprecation import moved
 from hyperx._validation import (
     check_choice,
     check_finite,
@@ -71,6 +72,8 @@ from hyperx._validation import (
     host_memory_bytes,
 )
 from hyperx.index import INDEX_NAMES, make_index
+
+__getattr__ = moved("hyperx.linear", {"ensemble_pp": "hyperx.linear:ensemble_pp_posterior"})
 
 Shape = int | tuple[int, ...]
 
@@ -356,7 +359,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
     return LinearModel(init, update, update_batch, sample)
 
 
-def ensemble_pp(dim: int, index_dim: int, *, noise_std: float, prior_var: float = 1.0,
+def ensemble_pp_posterior(dim: int, index_dim: int, *, noise_std: float, prior_var: float = 1.0,
                 prior_mean: jax.Array | None = None, prior_cov: jax.Array | None = None,
                 index: str = "gaussian", checked: bool = False) -> LinearModel:
     """Linear Ensemble++ with the incremental Kalman-form factor update (arXiv:2407.13195).
@@ -397,7 +400,7 @@ def ensemble_pp_recompute(dim: int, index_dim: int, *, noise_std: float,
     """The reference code's Ensemble++: A_t = Sigma_t P_t recomputed at O(d^2 M) per update.
 
     P_t = Sigma_0^{-1} A_0 + sigma^{-1} sum_s x_s u_s^T. Same arguments, keys and
-    perturbations as :func:`ensemble_pp` (so both give the same A_t); state
+    perturbations as :func:`ensemble_pp_posterior` (so both give the same A_t); state
     :class:`RecomputeState`. For tests and benchmarks only.
     """
     return _ensemble(dim, index_dim, noise_std, prior_var, prior_mean, prior_cov, index,
@@ -415,7 +418,7 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
     ``update_batch`` O(B d^2) as a scan of rank-one steps; ``sample`` O(d^2) per draw
     (theta = mu + S z, z ~ N(0, I)). The keys of ``init`` and the updates are unused
     (accepted for a uniform interface). Non-finite data, ``checked`` and the memory estimate
-    (here d + 2 d^2 values): as :func:`ensemble_pp`.
+    (here d + 2 d^2 values): as :func:`ensemble_pp_posterior`.
     """
     check_positive("noise_std", noise_std)
     mu0, cov0, chol0 = _prior(dim, prior_var, prior_mean, prior_cov)

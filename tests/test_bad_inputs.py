@@ -153,6 +153,12 @@ def _learner_update(learner, reward, arm=0, context=(1.0, 0.0, 0.0)):
                           jnp.float32(reward))
 
 
+def _linear_module():
+    import hyperx.linear
+
+    return hyperx.linear
+
+
 def _model_update(name, x, y):
     model = _linear(name, noise_std=1.0)
     return model.update(model.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1),
@@ -171,8 +177,9 @@ PYTHON_CASES = [
      lambda: _bandits()[0].ensemble_pp(noise_std=NAN), "noise_std: expected a finite number"),
     ("bandits.linear.exact_ts(prior_var=inf)",
      lambda: _bandits()[0].exact_ts(prior_var=INF), "prior_var: expected a finite number"),
-    ("linear.ensemble_pp(3, 4, noise_std=nan)",
-     lambda: _linear("ensemble_pp", noise_std=NAN), "noise_std: expected a finite number"),
+    ("linear.ensemble_pp_posterior(3, 4, noise_std=nan)",
+     lambda: _linear("ensemble_pp_posterior", noise_std=NAN),
+     "noise_std: expected a finite number"),
     ("linear.exact_posterior(3, noise_std=1, prior_var=nan)",
      lambda: _linear("exact_posterior", noise_std=1.0, prior_var=NAN), "prior_var"),
     ("get_config(learning_rate=nan)",
@@ -187,9 +194,10 @@ PYTHON_CASES = [
     ("epsilon_greedy(epsilon=nan)",
      lambda: _bandits()[1].epsilon_greedy(NAN), "epsilon: expected a finite number"),
     # 8: non-finite data at the host boundary
-    ("ensemble_pp update y=nan", lambda: _model_update("ensemble_pp", [1, 0, 0], NAN),
+    ("ensemble_pp update y=nan", lambda: _model_update("ensemble_pp_posterior", [1, 0, 0], NAN),
      "y: expected finite values"),
-    ("ensemble_pp update x with inf", lambda: _model_update("ensemble_pp", [1, INF, 0], 1.0),
+    ("ensemble_pp update x with inf",
+     lambda: _model_update("ensemble_pp_posterior", [1, INF, 0], 1.0),
      "x: expected finite values, got NaN or inf at index [1]"),
     ("exact_posterior update y=inf", lambda: _model_update("exact_posterior", [1, 0, 0], INF),
      "y: expected finite values"),
@@ -213,7 +221,7 @@ PYTHON_CASES = [
     # 11: shapes and sizes
     ("model.sample(state, key, (-1,))",
      lambda: (lambda m: m.sample(m.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1), (-1,)))(
-         _linear("ensemble_pp", noise_std=1.0)), "shape: expected an integer in [0,"),
+         _linear("ensemble_pp_posterior", noise_std=1.0)), "shape: expected an integer in [0,"),
     ("exact_posterior sample (2, -3)",
      lambda: (lambda m: m.sample(m.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1),
                                  (2, -3)))(
@@ -252,10 +260,10 @@ def _correction(preset, **arrays):
 PYTHON_CASES += [
     # silent non-finite values in the API
     ("ensemble_pp(prior_mean with nan)",
-     lambda: _linear("ensemble_pp", noise_std=1.0, prior_mean=np.array([NAN, 0.0, 0.0])),
+     lambda: _linear("ensemble_pp_posterior", noise_std=1.0, prior_mean=np.array([NAN, 0.0, 0.0])),
      "prior_mean: expected finite values, got NaN or inf at index [0]"),
     ("ensemble_pp(prior_cov with inf)",
-     lambda: _linear("ensemble_pp", noise_std=1.0,
+     lambda: _linear("ensemble_pp_posterior", noise_std=1.0,
                      prior_cov=np.diag([1.0, INF, 1.0]).astype(np.float32)),
      "prior_cov: expected finite values"),
     ("exact_posterior(prior_mean with inf)",
@@ -322,25 +330,25 @@ PYTHON_CASES += [
      "rollout_topk_log_probs: expected log-probabilities <= 0"),
     # deep errors instead of named ones
     ("ensemble_pp(...).init(0)",
-     lambda: _linear("ensemble_pp", noise_std=1.0).init(0),
+     lambda: _linear("ensemble_pp_posterior", noise_std=1.0).init(0),
      "key: expected one PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), got int 0"),
     ("ensemble_pp sample with a batch of keys",
      lambda: (lambda m: m.sample(m.init(jax.random.key(0)), jax.random.split(
-         jax.random.key(1), 3)))(_linear("ensemble_pp", noise_std=1.0)),
+         jax.random.key(1), 3)))(_linear("ensemble_pp_posterior", noise_std=1.0)),
      "key: expected one PRNG key"),
     ("a d = 4 state passed to a d = 3 model",
-     lambda: _linear("ensemble_pp", noise_std=1.0).update(
-         __import__("hyperx.linear", fromlist=["x"]).ensemble_pp(4, 4, noise_std=1.0).init(
+     lambda: _linear("ensemble_pp_posterior", noise_std=1.0).update(
+         _linear_module().ensemble_pp_posterior(4, 4, noise_std=1.0).init(
              jax.random.key(0)), jax.random.key(1), jnp.ones(3), jnp.float32(1.0)),
      "state.mu: expected shape (d,) with d = 3 = (3,), got (4,)"),
     ("an M = 2 state passed to an M = 4 model",
-     lambda: _linear("ensemble_pp", noise_std=1.0).sample(
-         __import__("hyperx.linear", fromlist=["x"]).ensemble_pp(3, 2, noise_std=1.0).init(
+     lambda: _linear("ensemble_pp_posterior", noise_std=1.0).sample(
+         _linear_module().ensemble_pp_posterior(3, 2, noise_std=1.0).init(
              jax.random.key(0)), jax.random.key(1)),
      "state.factor: expected shape (d, M) = (3, 4) for this model, got (3, 2)"),
     ("model.sample(state, key, 2.5)",
      lambda: (lambda m: m.sample(m.init(jax.random.key(0)), jax.random.key(1), 2.5))(
-         _linear("ensemble_pp", noise_std=1.0)),
+         _linear("ensemble_pp_posterior", noise_std=1.0)),
      "shape: expected an int or a tuple of ints, got 2.5"),
     ("token_kl(logits of different vocabularies)",
      lambda: _llm("corrections").token_kl(rollout_logits=jnp.zeros((1, 2, 5)),
@@ -351,9 +359,9 @@ PYTHON_CASES += [
 
 
 def test_prior_mean_as_a_list_works():
-    from hyperx.linear import ensemble_pp
+    from hyperx.linear import ensemble_pp_posterior
 
-    model = ensemble_pp(3, 4, noise_std=1.0, prior_mean=[1.0, 0.0, 0.0])
+    model = ensemble_pp_posterior(3, 4, noise_std=1.0, prior_mean=[1.0, 0.0, 0.0])
     np.testing.assert_allclose(np.asarray(model.init(jax.random.key(0)).mu), [1.0, 0.0, 0.0])
 
 
@@ -384,15 +392,15 @@ def test_checked_mode_reports_a_nan_inside_jit():
     """Inside jit nothing is checked by default (documented); with checked=True the jitted
     update run under hyperx.checked reports the argument by name."""
     from hyperx import checked
-    from hyperx.linear import ensemble_pp
+    from hyperx.linear import ensemble_pp_posterior
 
-    model = ensemble_pp(3, 4, noise_std=1.0, checked=True)
+    model = ensemble_pp_posterior(3, 4, noise_std=1.0, checked=True)
     state = model.init(jax.random.PRNGKey(0))
     err, _ = checked(jax.jit(model.update))(state, jax.random.PRNGKey(1), jnp.ones(3),
                                               jnp.float32(NAN))
     with pytest.raises(Exception, match="y: expected finite values"):
         err.throw()
-    unchecked = ensemble_pp(3, 4, noise_std=1.0)
+    unchecked = ensemble_pp_posterior(3, 4, noise_std=1.0)
     out = jax.jit(unchecked.update)(state, jax.random.PRNGKey(1), jnp.ones(3), jnp.float32(NAN))
     assert np.isnan(np.asarray(out.mu)).all()
 
@@ -620,12 +628,12 @@ def _policy_lms(task):
 
 MEMORY_PYTHON_CASES = [
     ("ensemble_pp(30, 10**9)",
-     lambda: __import__("hyperx.linear", fromlist=["x"]).ensemble_pp(30, 10**9, noise_std=1.0),
+     lambda: _linear_module().ensemble_pp_posterior(30, 10**9, noise_std=1.0),
      "dim = 30, index_dim = 1000000000: needs an estimated 240 GB of device memory for the "
      "model state"),
     ("ensemble_pp sample shape (10**9, 10)",
      lambda: (lambda m: m.sample(m.init(jax.random.key(0)), jax.random.key(1), (10**9, 10)))(
-         _linear("ensemble_pp", noise_std=1.0)),
+         _linear("ensemble_pp_posterior", noise_std=1.0)),
      "shape = (1000000000, 10): needs an estimated"),
     ("make_bandit_env('russo', dim=100, num_arms=10**8)",
      lambda: __import__("hyperx.envs.bandits", fromlist=["x"]).make_bandit_env(

@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hyperx.heads import (
-    EnsembleHead,
-    EnsemblePlusHead,
+    EnsemblePPHead,
     EpinetHead,
     HypermodelHead,
     MLPTorso,
     NatureCNN,
     OneHotMLPTorso,
     PatchConv,
+    RandomPriorEnsembleHead,
     generated_sq_norm,
     make_network,
     trainable_params,
@@ -31,9 +31,9 @@ HEADS = {
     "hyper_independent_bias": lambda: HypermodelHead(3, M, MLPTorso((8,)), "independent",
                                                      bias_coef=0.01),
     "hyper_shared": lambda: HypermodelHead(3, M, MLPTorso((8,)), "shared"),
-    "ensemble_plus": lambda: EnsemblePlusHead(3, M, MLPTorso((8,))),
+    "ensemble_plus": lambda: EnsemblePPHead(3, M, MLPTorso((8,))),
     "epinet": lambda: EpinetHead(3, M, MLPTorso((8,))),
-    "ensemble": lambda: EnsembleHead(3, M, (8,)),
+    "ensemble": lambda: RandomPriorEnsembleHead(3, M, (8,)),
 }
 
 
@@ -158,7 +158,7 @@ def test_generated_sq_norm_hand_computed():
         generated_sq_norm(params, jnp.ones((2, 3)))
 
 
-@pytest.mark.parametrize("head_cls", [EnsemblePlusHead, EpinetHead])
+@pytest.mark.parametrize("head_cls", [EnsemblePPHead, EpinetHead])
 def test_spread_terms_do_not_train_the_features(head_cls):
     # With the mean head w = 0, the only paths to the torso go through sg(h): zero gradient.
     x = jax.random.normal(jax.random.key(1), (5, 6))
@@ -383,3 +383,12 @@ def test_per_input_indices_give_the_gradient_of_one_index_at_a_time(init_scheme)
     np.testing.assert_allclose(loss, loss1, rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
                  grads, grads1)
+
+
+def test_old_head_names_import_with_a_warning_naming_the_new_one():
+    import hyperx.heads as heads
+
+    for old, new in (("EnsemblePlusHead", EnsemblePPHead),
+                     ("EnsembleHead", RandomPriorEnsembleHead)):
+        with pytest.warns(DeprecationWarning, match=f"moved to hyperx.heads.{new.__name__}"):
+            assert getattr(heads, old) is new

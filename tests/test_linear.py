@@ -5,7 +5,7 @@ import pytest
 
 from hyperx.linear import (
     EnsemblePPState,
-    ensemble_pp,
+    ensemble_pp_posterior,
     ensemble_pp_recompute,
     exact_posterior,
     gaussian_update,
@@ -52,7 +52,7 @@ def test_mean_and_cov_match_float64_closed_form(full_prior):
         cov0 = g @ g.T / d + 0.5 * np.eye(d)
     prior = {"prior_cov": jnp.asarray(cov0, jnp.float32)} if full_prior else {"prior_var": 2.0}
     mu_ref, cov_ref = posterior64(xs, ys, mu0, cov0, noise_std)
-    for model in (ensemble_pp(d, 4, noise_std=noise_std, prior_mean=mu0, **prior),
+    for model in (ensemble_pp_posterior(d, 4, noise_std=noise_std, prior_mean=mu0, **prior),
                   exact_posterior(d, noise_std=noise_std, prior_mean=mu0, **prior)):
         state = jax.jit(lambda s, k, m=model: run_sequential(m, s, k, xs, ys))(
             model.init(jax.random.key(1)), jax.random.key(2))
@@ -72,7 +72,7 @@ def test_mean_and_cov_match_float64_closed_form(full_prior):
 def test_factor_tracks_posterior_covariance_over_seeds(index):
     d, m, n, seeds, noise_std = 6, 8, 30, 2000, 0.5
     xs, ys = linear_data(jax.random.key(3), n, d, noise_std)  # FIXED x sequence for all seeds
-    model = ensemble_pp(d, m, noise_std=noise_std, index=index)
+    model = ensemble_pp_posterior(d, m, noise_std=noise_std, index=index)
     _, cov_ref = posterior64(xs, ys, np.zeros(d), np.eye(d), noise_std)
 
     @jax.jit
@@ -96,7 +96,7 @@ def test_batched_update_equals_sequential_and_recompute():
     d, m, b, noise_std = 8, 4, 6, 0.3
     xs, ys = linear_data(jax.random.key(5), b, d, noise_std)
     key_init, key_upd = jax.random.key(6), jax.random.key(7)
-    fast = ensemble_pp(d, m, noise_std=noise_std, prior_var=1.5)
+    fast = ensemble_pp_posterior(d, m, noise_std=noise_std, prior_var=1.5)
     ref = ensemble_pp_recompute(d, m, noise_std=noise_std, prior_var=1.5)
     s0, r0 = fast.init(key_init), ref.init(key_init)
     np.testing.assert_allclose(s0.factor, r0.factor)
@@ -119,7 +119,7 @@ def test_batched_update_equals_sequential_and_recompute():
 @pytest.mark.parametrize("factory", ["ensemble_pp", "exact_posterior"])
 def test_batch_mask_and_empty(factory):
     d, b, noise_std = 5, 4, 0.4
-    model = (ensemble_pp(d, 3, noise_std=noise_std) if factory == "ensemble_pp"
+    model = (ensemble_pp_posterior(d, 3, noise_std=noise_std) if factory == "ensemble_pp"
              else exact_posterior(d, noise_std=noise_std))
     model = model._replace(update=jax.jit(model.update), update_batch=jax.jit(model.update_batch))
     xs, ys = linear_data(jax.random.key(8), b, d, noise_std)
@@ -146,7 +146,8 @@ def test_float32_stability_small_noise():
     kx, ke = jax.random.split(jax.random.key(11))
     xs = jax.random.normal(kx, (n, d), jnp.float32)
     ys = xs @ jnp.ones(d) + noise_std * jax.random.normal(ke, (n,))
-    for model in (ensemble_pp(d, 4, noise_std=noise_std), exact_posterior(d, noise_std=noise_std)):
+    for model in (ensemble_pp_posterior(d, 4, noise_std=noise_std),
+                  exact_posterior(d, noise_std=noise_std)):
         state = jax.jit(lambda s, k, m=model: run_sequential(m, s, k, xs, ys))(
             model.init(jax.random.key(12)), jax.random.key(13))
         sigma = np.asarray(state.sigma)
@@ -172,7 +173,7 @@ def test_exact_sampler_covariance_and_shapes():
     np.testing.assert_allclose(draws.mean(0), mu_ref, atol=mean_tol)
     assert rel_fro(np.cov(draws.T), cov_ref) < 0.05
     assert model.sample(state, jax.random.key(0), (2, 3)).shape == (2, 3, d)
-    fast = ensemble_pp(d, 4, noise_std=noise_std)
+    fast = ensemble_pp_posterior(d, 4, noise_std=noise_std)
     st = fast.init(jax.random.key(0))
     assert fast.sample(st, jax.random.key(1)).shape == (d,)
     vm = jax.vmap(fast.sample, in_axes=(None, 0))(st, jax.random.split(jax.random.key(1), 7))
@@ -180,7 +181,7 @@ def test_exact_sampler_covariance_and_shapes():
 
 
 def test_bad_input_names_argument():
-    model = ensemble_pp(4, 2, noise_std=1.0)
+    model = ensemble_pp_posterior(4, 2, noise_std=1.0)
     st = model.init(jax.random.key(0))
     k = jax.random.key(1)
     with pytest.raises(ValueError, match=r"x: expected shape \(d,\) = \(4,\)"):
@@ -197,13 +198,13 @@ def test_bad_input_names_argument():
         model.update_batch(st, k, jnp.ones((3, 4)), jnp.ones(3), jnp.ones(3))
     for m in (0, -1):
         with pytest.raises(ValueError, match="index_dim"):
-            ensemble_pp(4, m, noise_std=1.0)
+            ensemble_pp_posterior(4, m, noise_std=1.0)
     with pytest.raises(ValueError, match="dim"):
         exact_posterior(0, noise_std=1.0)
     with pytest.raises(ValueError, match="noise_std"):
-        ensemble_pp(4, 2, noise_std=0.0)
+        ensemble_pp_posterior(4, 2, noise_std=0.0)
     with pytest.raises(ValueError, match="index"):
-        ensemble_pp(4, 2, noise_std=1.0, index="normal")
+        ensemble_pp_posterior(4, 2, noise_std=1.0, index="normal")
     with pytest.raises(ValueError, match="prior_var"):
         exact_posterior(4, noise_std=1.0, prior_var=-1.0)
     with pytest.raises(ValueError, match="prior_mean"):
@@ -212,3 +213,10 @@ def test_bad_input_names_argument():
         exact_posterior(2, noise_std=1.0, prior_cov=jnp.array([[1.0, 2.0], [2.0, 1.0]]))
     with pytest.raises(ValueError, match="prior_cov: expected shape"):
         exact_posterior(2, noise_std=1.0, prior_cov=jnp.eye(3))
+
+
+def test_the_old_name_of_the_linear_ensemble_pp_posterior_imports_with_a_warning():
+    import hyperx.linear as linear
+
+    with pytest.warns(DeprecationWarning, match="moved to hyperx.linear.ensemble_pp_posterior"):
+        assert linear.ensemble_pp is ensemble_pp_posterior

@@ -42,19 +42,26 @@ def test_run_scan_chunks_and_padding_match_one_scan():
     assert calls == [(4, 10), (8, 10), (10, 10)]
 
 
-def test_the_old_module_forwards_each_moved_name_with_a_warning():
+def test_the_old_modules_forward_each_moved_name_with_a_warning():
+    import hyperx.agents.api as api
+    import hyperx.agents.deepsea as deepsea
+    import hyperx.agents.keys as keys
     import hyperx.bandits.runner as runner
     import hyperx.experiment as experiment
-    import hyperx.loop as loop
 
-    for name, home in (("run_bandit", runner), ("BanditResult", runner), ("run_scan", loop),
-                       ("log_grid", loop), ("to_host", loop)):
+    for old, name, home in ((experiment, "run_bandit", runner),
+                            (experiment, "BanditResult", runner),
+                            (experiment, "run_scan", loop), (experiment, "log_grid", loop),
+                            (experiment, "to_host", loop), (api, "KeySchedule", keys),
+                            (api, "run_key", keys), (api, "deepsea_step_budget", deepsea),
+                            (api, "DEEPSEA_STEP_BUDGETS", deepsea)):
         with pytest.warns(DeprecationWarning, match=f"moved to {home.__name__}.{name}"):
-            assert getattr(experiment, name) is getattr(home, name)
+            assert getattr(old, name) is getattr(home, name)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-            experiment.nothing  # noqa: B018
+        for old in (experiment, api):
+            with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+                old.nothing  # noqa: B018
 
 
 def _count_run(events, *, interrupt_at=None, where="hook"):

@@ -1,88 +1,12 @@
-"""Driving an agent from the host: the key schedule and step budgets of :func:`train_deepsea`.
-
-A caller that steps its own environment (a Python loop, bsuite, a dm_env) uses the host step
-API of :mod:`hyperx.agents.core` (``agent.act`` / ``agent.observe``). To get the numbers of
-:func:`hyperx.agents.deepsea.train_deepsea`'s seed ``s`` of base seed ``seed`` it must use the
-same keys, which this module provides (the training program itself calls these functions, so
-the two cannot drift apart):
-
-* ``run_key(seed, s) = fold_in(PRNGKey(seed), s)``;
-* ``(k_init, k) = split(run_key)``: ``agent.init(k_init)``, ``k`` starts the step chain;
-* every env step ``(k, k_act, k_obs) = split(k, 3)``: ``agent.act(state, k_act, obs)``,
-  then ``agent.observe(state, k_obs, transition)``.
-
-:class:`KeySchedule` iterates that chain. :data:`DEEPSEA_STEP_BUDGETS` holds the published
-env-step budgets per DeepSea size (Li et al., HyperAgent, ICML 2024: ``epoch x 1000`` steps
-in the reference's ``experiments/deepsea/run_HyperAgent.sh``; N = 10 is our choice).
-"""
+"""Deprecated: the key schedule moved to :mod:`hyperx.agents.keys`, the DeepSea step budgets
+to :mod:`hyperx.agents.deepsea`. Importing a name from here still works for one release and
+warns with its new home."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from hyperx._deprecation import moved
 
-import jax
-
-from hyperx._validation import check_int
-
-Array = jax.Array
-
-DEEPSEA_STEP_BUDGETS: dict[int, int] = {
-    10: 20_000, 20: 50_000, 30: 100_000, 40: 120_000, 50: 200_000, 60: 300_000,
-    70: 350_000, 80: 500_000, 90: 900_000, 100: 1_000_000, 120: 1_500_000,
-}
-
-
-def deepsea_step_budget(size: int) -> int:
-    """Env steps per seed for DeepSea(``size``): the published budget (HyperAgent's
-    ``run_HyperAgent.sh``; 20k at N = 10, our choice). Other sizes raise ``ValueError``."""
-    check_int("size", size)
-    if size not in DEEPSEA_STEP_BUDGETS:
-        raise ValueError(f"size: expected one of {sorted(DEEPSEA_STEP_BUDGETS)} (the published "
-                         f"budgets), got {size}")
-    return DEEPSEA_STEP_BUDGETS[size]
-
-
-def run_key(seed: int, index: int) -> Array:
-    """The key of seed ``index`` of a run with base seed ``seed``: ``fold_in(PRNGKey(seed),
-    index)``, so a seed's draws do not depend on how many seeds share the batch."""
-    return jax.random.fold_in(jax.random.PRNGKey(seed), index)
-
-
-def split_run_key(key: Array) -> tuple[Array, Array]:
-    """``(k_init, k_steps) = split(key)``: the agent's init key and the first step-chain key."""
-    k_init, k_steps = jax.random.split(key)
-    return k_init, k_steps
-
-
-def step_keys(key: Array) -> tuple[Array, Array, Array]:
-    """One env step's keys ``(next_key, k_act, k_obs) = split(key, 3)``."""
-    next_key, k_act, k_obs = jax.random.split(key, 3)
-    return next_key, k_act, k_obs
-
-
-_step_keys = jax.jit(step_keys)
-
-
-class KeySchedule(Iterator[tuple[Array, Array]]):
-    """The keys :func:`~hyperx.agents.deepsea.train_deepsea` gives seed ``index`` of base seed
-    ``seed``: ``init_key`` for ``agent.init``, then ``next(schedule) -> (k_act, k_obs)`` per
-    env step::
-
-        keys = KeySchedule(seed=0, index=0)
-        state = agent.init(keys.init_key)
-        for each env step:
-            k_act, k_obs = next(keys)
-            action = agent.act(state, k_act, obs)
-            state = agent.observe(state, k_obs, transition)
-    """
-
-    def __init__(self, seed: int = 0, index: int = 0):
-        check_int("seed", seed, low=0)
-        check_int("index", index, low=0)
-        self.init_key, self._key = split_run_key(run_key(seed, index))
-        self.steps = 0
-
-    def __next__(self) -> tuple[Array, Array]:
-        self._key, k_act, k_obs = _step_keys(self._key)
-        self.steps += 1
-        return k_act, k_obs
+__getattr__ = moved("hyperx.agents.api", {
+    **dict.fromkeys(("KeySchedule", "run_key", "split_run_key", "step_keys"),
+                    "hyperx.agents.keys"),
+    **dict.fromkeys(("DEEPSEA_STEP_BUDGETS", "deepsea_step_budget"), "hyperx.agents.deepsea")})

@@ -20,7 +20,7 @@ all-zero observation after the last row (the terminal step) is mapped to id 0: a
 transition (``discount == 0``) never bootstraps, so its successor's value is unused. With
 ``encoding="raw"`` any dm_env with a flat float observation drives the MLP torso instead.
 
-Reproducibility: keys come from :class:`hyperx.agents.api.KeySchedule`, so seed ``index`` of
+Reproducibility: keys come from :class:`hyperx.agents.keys.KeySchedule`, so seed ``index`` of
 base seed ``seed`` on bsuite's DeepSea with mapping seed 42 gets the keys (and, up to float
 round-off of a different batch shape, the episodes) of
 :func:`hyperx.agents.deepsea.train_deepsea`'s seed ``index``. ``Agent.jit()`` donates the
@@ -35,9 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyperx._validation import check_choice, check_int
-from hyperx.agents.api import KeySchedule
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Transition, make_agent
+from hyperx.agents.keys import KeySchedule
 
 try:  # bsuite is optional: the adapter only needs the interface's two methods
     from bsuite.baselines.base import Agent as _BsuiteBase
@@ -64,7 +64,7 @@ class BsuiteAgent(_BsuiteBase):
       config: the agent's configuration (``get_config("hyperagent")``).
       size: DeepSea's N (``encoding="one_hot"``: N x N states); ignored for ``"raw"``.
       num_actions: the environment's number of actions (2 for DeepSea).
-      seed, index: the key schedule (:class:`~hyperx.agents.api.KeySchedule`).
+      seed, index: the key schedule (:class:`~hyperx.agents.keys.KeySchedule`).
       step_budget: env steps of the run (sizes the replay: ``min(buffer_size, budget)``).
       encoding: ``"one_hot"`` (DeepSea) or ``"raw"`` (flat float observations).
       obs_example: for ``"raw"``, one observation (its shape and dtype).

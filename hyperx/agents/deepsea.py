@@ -43,9 +43,9 @@ from hyperx._validation import (
     device_memory_bytes,
     format_bytes,
 )
-from hyperx.agents.api import run_key, split_run_key, step_keys
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
+from hyperx.agents.keys import run_key, split_run_key, step_keys
 from hyperx.envs import deepsea
 from hyperx.loop import (
     Chunk,
@@ -59,6 +59,25 @@ from hyperx.loop import (
 from hyperx.loop import TrainingInterrupted as TrainingInterrupted  # its home before hyperx.loop
 
 Array = jax.Array
+
+
+DEEPSEA_STEP_BUDGETS: dict[int, int] = {
+    10: 20_000, 20: 50_000, 30: 100_000, 40: 120_000, 50: 200_000, 60: 300_000,
+    70: 350_000, 80: 500_000, 90: 900_000, 100: 1_000_000, 120: 1_500_000,
+}
+"""The published env-step budgets per DeepSea size (Li et al., HyperAgent, ICML 2024:
+``epoch x 1000`` steps in the reference's ``experiments/deepsea/run_HyperAgent.sh``; N = 10 is
+our choice)."""
+
+
+def deepsea_step_budget(size: int) -> int:
+    """Env steps per seed for DeepSea(``size``): the published budget (HyperAgent's
+    ``run_HyperAgent.sh``; 20k at N = 10, our choice). Other sizes raise ``ValueError``."""
+    check_int("size", size)
+    if size not in DEEPSEA_STEP_BUDGETS:
+        raise ValueError(f"size: expected one of {sorted(DEEPSEA_STEP_BUDGETS)} (the published "
+                         f"budgets), got {size}")
+    return DEEPSEA_STEP_BUDGETS[size]
 
 
 class SeedCarry(NamedTuple):

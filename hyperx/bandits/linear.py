@@ -130,7 +130,7 @@ def ensemble_pp(index_dim: int = 16, *, index: str = "gaussian", noise_std: floa
     """Linear Ensemble++ (Li et al., *Scalable Exploration via Ensemble++*, arXiv:2407.13195).
 
     Keeps mu_t, Sigma_t and a factor A_t (d, M) with E[A_t A_t^T] = Sigma_t
-    (:func:`hyperx.linear.ensemble_pp`); each decision samples theta~ = mu_t + A_t zeta,
+    (:func:`hyperx.linear.ensemble_pp_posterior`); each decision samples theta~ = mu_t + A_t zeta,
     zeta = xi / sqrt(c) for xi from the index family ``index`` (E[xi xi^T] = c I), and plays
     argmax_k x_k^T theta~. Per round: sampling O(dM), scoring O(Kd), update O(d^2 + dM).
     Regret matches exact Thompson sampling once M = Theta(d log T) (ibid.).
@@ -148,8 +148,9 @@ def ensemble_pp(index_dim: int = 16, *, index: str = "gaussian", noise_std: floa
         raise ValueError(f"index_dim: expected a positive int (M >= 1), got {index_dim!r}")
     check_choice("index", index, INDEX_NAMES)
     return _posterior_learner(
-        lambda dim: linear.ensemble_pp(dim, index_dim, noise_std=noise_std, prior_var=prior_var,
-                                       index=index, checked=checked),
+        lambda dim: linear.ensemble_pp_posterior(dim, index_dim, noise_std=noise_std,
+                                                 prior_var=prior_var, index=index,
+                                                 checked=checked),
         noise_std=noise_std, prior_var=prior_var, checked=checked)
 
 

@@ -52,12 +52,12 @@ from hyperx.bandits.neural_core import (
     make_neural_learner,
 )
 from hyperx.heads import (
-    EnsembleHead,
-    EnsemblePlusHead,
+    EnsemblePPHead,
     EpinetHead,
     HypermodelHead,
     MLPTorso,
     Network,
+    RandomPriorEnsembleHead,
     make_network,
     with_params,
 )
@@ -219,7 +219,7 @@ def ensemble_pp_model(index_dim: int = 8, *, sigma: float = 0.01, prior_scale: f
     for name, value in (("mean_bias", mean_bias), ("factor_bias", factor_bias)):
         if not isinstance(value, bool):
             raise ValueError(f"{name}: expected a bool, got {value!r}")
-    head = EnsemblePlusHead(1, index_dim, torso=MLPTorso(tuple(hidden)),
+    head = EnsemblePPHead(1, index_dim, torso=MLPTorso(tuple(hidden)),
                             prior_scale=prior_scale, posterior_scale=posterior_scale)
     support = make_index("coordinate", index_dim).support()
     return _indexed_model(make_network(head), make_index("scaled_sphere", index_dim),
@@ -273,7 +273,7 @@ def neural_ensemble_plus(num_members: int = 8, *, sigma: float = 0.01, prior_sca
     target is perturbed by ``sigma z_m``)."""
     _check_common(num_members, sigma, "num_members")
     check_config(config)
-    head = EnsembleHead(1, num_members, widths=config.hidden, prior_scale=prior_scale)
+    head = RandomPriorEnsembleHead(1, num_members, widths=config.hidden, prior_scale=prior_scale)
     support = make_index("one_hot", num_members).support()
     model = _indexed_model(make_network(head), make_index("one_hot", num_members),
                            lambda key: support, sigma)

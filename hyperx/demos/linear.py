@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyperx._validation import check_int, check_memory, device_memory_bytes, format_bytes
-from hyperx.linear import ensemble_pp, exact_posterior
+from hyperx.linear import ensemble_pp_posterior, exact_posterior
 
 
 class LinearDemoResult(NamedTuple):
@@ -58,7 +58,7 @@ def run_linear_demo(dim: int = 20, index_dim: int = 16, steps: int = 1000, seeds
     ys = xs @ theta_star + noise_std * jax.random.normal(key_noise, (steps,))
 
     exact = exact_posterior(dim, noise_std=noise_std, prior_var=prior_var)
-    epp = ensemble_pp(dim, index_dim, noise_std=noise_std, prior_var=prior_var)
+    epp = ensemble_pp_posterior(dim, index_dim, noise_std=noise_std, prior_var=prior_var)
 
     @jax.jit
     def run_exact():

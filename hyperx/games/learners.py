@@ -30,7 +30,7 @@ and losses are ``1 - scaled payoff``. Regret bounds (T rounds, K actions, losses
   + gamma_T sqrt(T))`` with high probability (Sessa et al., Theorem 1); the authors' experiments
   use ``beta_t = 2``, our default.
 * :func:`ensemble_mw`: GP-MW with the GP replaced by linear Ensemble++ on the same payoff
-  features (:func:`hyperx.linear.ensemble_pp`): ``sigma_t(a)`` is the spread
+  features (:func:`hyperx.linear.ensemble_pp_posterior`): ``sigma_t(a)`` is the spread
   ``||phi(a)^T A_t||`` of the ensemble's samples ``mu_t + A_t zeta`` (``E[A_t A_t^T] =
   Sigma_t``), ``O(K D M)`` per round for K actions instead of ``O(K D^2)``.
 * :func:`uniform`: the random opponent of the authors' experiments.
@@ -48,7 +48,7 @@ import numpy as np
 
 from hyperx._validation import check_int, check_positive, check_range
 from hyperx.games.kernels import RBF, Features, eigen_features
-from hyperx.linear import ensemble_pp, gaussian_update
+from hyperx.linear import ensemble_pp_posterior, gaussian_update
 
 Array = jax.Array
 State = Any
@@ -349,13 +349,13 @@ def ensemble_mw(spec: PlayerSpec, *, index_dim: int = 16, kernel: RBF | None = N
     """GP-MW with linear Ensemble++ (arXiv:2407.13195) as the payoff model.
 
     The ensemble factor ``A_t (D, M)`` follows the incremental Ensemble++ update
-    (:func:`hyperx.linear.ensemble_pp`, ``M = index_dim``); the optimistic payoff is
+    (:func:`hyperx.linear.ensemble_pp_posterior`, ``M = index_dim``); the optimistic payoff is
     ``mu_t(a) + beta ||phi(a)^T A_t||``, the spread of the ensemble's samples, since
     ``E[A_t A_t^T] = Sigma_t``.
     """
     features, eta = _features_and_rates(spec, kernel, features, beta, learning_rate)
     check_int("index_dim", index_dim)
-    model = ensemble_pp(features.dim, index_dim, noise_std=spec.noise_std)
+    model = ensemble_pp_posterior(features.dim, index_dim, noise_std=spec.noise_std)
 
     def model_stats(state, rows: Array) -> tuple[Array, Array]:
         spread = rows @ state.factor

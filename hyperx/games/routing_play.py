@@ -22,9 +22,10 @@ A :class:`Population` holds one learner for all controlled players, its state ba
   (:func:`fit_poly_kernel`, the authors' GPy fit), the exact GP posterior on the history, and
   Hedge on ``min(ucb, 0)`` with ``ucb(k) = mu(x^k, o - x^{a_t} + x^k) + beta sigma(...)`` from
   the posterior before the round's observation (the paper's Algorithm 1, the authors' code);
-* ``ensemble_mw``: the same optimism from linear Ensemble++ (:func:`hyperx.linear.ensemble_pp`)
-  on the separable features ``phi(z) = (x_e o_e^j)_{e, j <= degree}`` (edge costs that depend on
-  their own load only, the congestion-game assumption): ``O(K D M)`` per round instead of the
+* ``ensemble_mw``: the same optimism from linear Ensemble++
+  (:func:`hyperx.linear.ensemble_pp_posterior`) on the separable features
+  ``phi(z) = (x_e o_e^j)_{e, j <= degree}`` (edge costs that depend on their own load only,
+  the congestion-game assumption): ``O(K D M)`` per round instead of the
   GP's ``O(t^3)``.
 
 Inputs are normalised per player (own route by its demand; payoffs by ``L_i``; the occupancy
@@ -63,7 +64,7 @@ from hyperx.games.routing import (
     relative_delay,
     travel_times,
 )
-from hyperx.linear import ensemble_pp
+from hyperx.linear import ensemble_pp_posterior
 
 Array = jax.Array
 State = Any
@@ -385,7 +386,7 @@ def ensemble_mw(game: RoutingGame, s: Setting, *, degree: int = 4, index_dim: in
     inputs = player_inputs(game, s.controlled)
     eta = jnp.sqrt(8 * jnp.log(valid.sum(1)) / s.horizon)
     dim = inputs.edges.shape[1] * (degree + 1)
-    model = ensemble_pp(dim, index_dim, noise_std=noise_std, prior_var=prior_var)
+    model = ensemble_pp_posterior(dim, index_dim, noise_std=noise_std, prior_var=prior_var)
     m = len(s.controlled)
 
     def init(key: Array) -> EnsembleState:

@@ -11,15 +11,9 @@ import pandas as pd
 import pytest
 
 from hyperx.agents import Transition, get_config, make_agent
-from hyperx.agents.api import (
-    DEEPSEA_STEP_BUDGETS,
-    KeySchedule,
-    deepsea_step_budget,
-    run_key,
-    split_run_key,
-)
 from hyperx.agents.bsuite_adapter import BsuiteAgent, decode_one_hot
-from hyperx.agents.deepsea import train_deepsea
+from hyperx.agents.deepsea import DEEPSEA_STEP_BUDGETS, deepsea_step_budget, train_deepsea
+from hyperx.agents.keys import KeySchedule, run_key, split_run_key
 from hyperx.envs import deepsea
 
 

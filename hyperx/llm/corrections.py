@@ -228,19 +228,21 @@ class CorrectionConfig:
         return cls(rejections=(Rejection("ratio", "token", lower, upper),))
 
     @classmethod
-    def geo_mask(cls, lower: float = 0.999, upper: float = 1.001) -> CorrectionConfig:
+    def geo_mask(cls, lower: float = 1 / 1.1, upper: float = 1 / 0.9) -> CorrectionConfig:
         """Geo-Mask: verl's Geo-RS, ``rollout_rs="seq_mean_k1"`` with the ratio thresholds
         ``rollout_rs_threshold="L_U"`` (verl/trainer/ppo/rollout_corr_helper.py,
-        ``compute_rollout_rejection_mask``; the defaults are the ``"0.999_1.001"`` of its
-        ``decoupled_geo_rs`` and other ``*_geo_rs*`` presets, verl/trainer/config/algorithm.py).
+        ``compute_rollout_rejection_mask``). The defaults keep ``0.9 <= rho_geo <= 1.1``;
+        verl's ``decoupled_geo_rs`` and other ``*_geo_rs*`` presets use ``"0.999_1.001"``
+        (``geo_mask(0.999, 1.001)``, or ``hyperx.llm.verl.from_verl_options(preset=...)``),
+        which rejects nearly every response of a bf16 + lag rollout.
 
         Keeps a response iff ``log L <= mean_t(-log rho_t) <= log U`` over its valid tokens (both
         sides inclusive), i.e. ``1/U <= rho_geo <= 1/L`` with ``rho_geo = exp(mean_t log rho_t)``:
         verl bounds the mean k1, so its ``L`` and ``U`` bound ``1/rho_geo``. For symmetric
         thresholds (``L = 1/U``, e.g. the blog's looser 0.5 / 2.0) that is ``L <= rho_geo <= U``;
         for 0.999 / 1.001 it is ``0.999001 <= rho_geo <= 1.001001``. ``L`` and ``U`` are
-        positive ratios with ``L <= 1 <= U``. ``hyperx llm --correction geo_mask`` uses wider
-        bounds (:data:`hyperx.llm.train.CORRECTIONS`).
+        positive ratios with ``L <= 1 <= U``. These defaults are ``hyperx llm --correction
+        geo_mask`` (:data:`hyperx.llm.train.CORRECTIONS` holds every preset's defaults).
         """
         return cls(rejections=(_geo_rs(lower, upper),))
 
@@ -252,19 +254,18 @@ class CorrectionConfig:
         return cls(weights="token_tis", weight_upper=c, rejections=(_geo_rs(lower, upper),))
 
     @classmethod
-    def trm(cls, delta: float = 1.0, kl: float = 0.01) -> CorrectionConfig:
+    def trm(cls, delta: float = 1.0, kl: float = 0.05) -> CorrectionConfig:
         """Sample-based TRM: reject a response iff ``max_t |log rho_t| > delta`` (seq-max k2 above
-        ``delta^2 / 2``) or ``mean_t k3_t > kl`` (nats). ``kl = 0.01`` is the threshold of verl's
-        K3-RS presets (``decoupled_k3_rs``: ``seq_mean_k3``, 0.01); ``delta`` is ours. Tune both
-        per model: ``hyperx llm --correction trm`` uses ``kl = 0.05``
-        (:data:`hyperx.llm.train.CORRECTIONS`)."""
+        ``delta^2 / 2``) or ``mean_t k3_t > kl`` (nats). verl's K3-RS presets
+        (``decoupled_k3_rs``: ``seq_mean_k3``) use ``kl = 0.01``; ``delta`` is ours. Tune both
+        per model; the defaults are ``hyperx llm --correction trm``."""
         return cls(rejections=(Rejection("k2", "seq_max", upper=0.5 * delta**2),
                                Rejection("k3", "seq_mean", upper=kl)))
 
     @classmethod
-    def trm_exact(cls, kl: float = 0.01) -> CorrectionConfig:
+    def trm_exact(cls, kl: float = 0.05) -> CorrectionConfig:
         """Exact TRM from logits: reject iff ``max_t KL(mu(.|c_t) || pi(.|c_t)) > kl`` (nats; the
-        default as :meth:`trm`'s; ``hyperx llm --correction trm_exact`` uses 0.05)."""
+        default as :meth:`trm`'s, and ``hyperx llm --correction trm_exact``'s)."""
         return cls(trm_kl=kl)
 
     @classmethod

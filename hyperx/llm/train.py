@@ -100,20 +100,20 @@ CORRECTIONS: dict[str, CorrectionConfig] = {
     "seq_mis": CorrectionConfig.seq_mis(),
     "icepop": CorrectionConfig.icepop(),
     "token_rejection": CorrectionConfig.token_rejection(),
-    "geo_mask": CorrectionConfig.geo_mask(lower=1 / 1.1, upper=1 / 0.9),
+    "geo_mask": CorrectionConfig.geo_mask(),
     "geo_mask_token_tis": CorrectionConfig.geo_mask_token_tis(),
-    "trm": CorrectionConfig.trm(delta=1.0, kl=0.05),
-    "trm_exact": CorrectionConfig.trm_exact(kl=0.05),
+    "trm": CorrectionConfig.trm(),
+    "trm_exact": CorrectionConfig.trm_exact(),
     "bypass": CorrectionConfig.bypass_ppo_clip(),
 }
-"""Named corrections of ``hyperx llm --correction``, tuned for its tasks' mismatch, so three
-differ from the :class:`CorrectionConfig` defaults on purpose (those are verl's presets, for
-ports; verl/trainer/config/algorithm.py). ``geo_mask`` keeps a response iff
-``0.9 <= exp(mean_t log rho) <= 1.1`` (verl's reading of the thresholds ``"L_U"`` is
-``1/U <= rho_geo <= 1/L``, hence ``geo_mask(1/1.1, 1/0.9)``; verl's 0.999/1.001 rejects nearly
-every response of a bf16 + lag rollout) and ``trm`` rejects it iff ``max_t |log rho_t| > 1`` or
-``mean_t k3 > 0.05`` (``trm_exact``: ``max_t KL_t > 0.05`` from full logits; the defaults and
-verl's K3-RS use 0.01)."""
+"""Named corrections of ``hyperx llm --correction``: each is its :class:`CorrectionConfig`
+constructor with that constructor's defaults, the one source of the presets' thresholds.
+``geo_mask`` keeps a response iff ``0.9 <= exp(mean_t log rho) <= 1.1`` (verl's reading of the
+thresholds ``"L_U"`` is ``1/U <= rho_geo <= 1/L``, hence ``geo_mask(1/1.1, 1/0.9)``) and
+``trm`` rejects it iff ``max_t |log rho_t| > 1`` or ``mean_t k3 > 0.05`` (``trm_exact``:
+``max_t KL_t > 0.05`` from full logits). verl's own presets (``0.999_1.001`` for Geo-RS, which
+rejects nearly every response of a bf16 + lag rollout; 0.01 for K3-RS) are
+:data:`hyperx.llm.verl.PRESETS`, through :func:`hyperx.llm.verl.from_verl_options`."""
 
 
 def correction_preset(name: str) -> CorrectionConfig:

@@ -220,25 +220,29 @@ def test_geo_mask_is_verls_geo_rs():
     roll = (old - log_ratio).astype(np.float32)
     verl_keep = _verl_geo_rs_keep(old.astype(np.float64) - roll, mask, 0.999, 1.001)
     np.testing.assert_array_equal(verl_keep, [0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0])
-    out = rollout_correction(CorrectionConfig.geo_mask(), old_log_prob=jnp.asarray(old),
+    out = rollout_correction(CorrectionConfig.geo_mask(0.999, 1.001),
+                             old_log_prob=jnp.asarray(old),
                              rollout_log_prob=jnp.asarray(roll), response_mask=jnp.asarray(mask))
     np.testing.assert_array_equal(np.asarray(out.mask), mask * verl_keep[:, None])
     # the old rule, 0.999 <= rho_geo <= 1.001, disagreed with verl on 4 rows (18 tokens)
     old_rule = (means >= math.log(0.999)) & (means <= math.log(1.001))
     assert np.sum(old_rule != verl_keep) == 4 and np.sum(mask[old_rule != verl_keep]) == 18
-    assert from_verl_options(preset="decoupled_geo_rs").correction == CorrectionConfig.geo_mask()
+    assert (from_verl_options(preset="decoupled_geo_rs").correction
+            == CorrectionConfig.geo_mask(0.999, 1.001))
     assert (from_verl_options(preset="decoupled_geo_rs_token_tis").correction
             == CorrectionConfig.geo_mask_token_tis(0.999, 1.001, c=2.0))
 
 
-def test_named_presets_and_config_defaults_differ_as_documented():
-    # By design: CorrectionConfig.geo_mask() / trm() default to verl's presets (0.999_1.001;
-    # K3-RS 0.01) while `hyperx llm --correction` uses bounds tuned for its tasks (0.9 <=
-    # rho_geo <= 1.1; kl 0.05), as hyperx.llm.train.CORRECTIONS documents.
+def test_named_presets_are_the_constructors_defaults_and_verls_are_its_own():
+    # One source of truth: `hyperx llm --correction NAME` is CorrectionConfig.NAME() (0.9 <=
+    # rho_geo <= 1.1; kl 0.05); verl's presets (0.999_1.001; K3-RS 0.01) come from
+    # from_verl_options(preset=...), never from a default.
     from hyperx.llm.train import CORRECTIONS
 
     k3_rs = from_verl_options(preset="decoupled_k3_rs").correction.rejections
-    assert CorrectionConfig.trm().rejections[1:] == k3_rs
+    assert CorrectionConfig.trm(kl=0.01).rejections[1:] == k3_rs
+    for name in ("geo_mask", "geo_mask_token_tis", "trm", "trm_exact", "token_tis", "seq_tis"):
+        assert CORRECTIONS[name] == getattr(CorrectionConfig, name)(), name
     assert CORRECTIONS["trm"] == CorrectionConfig.trm(delta=1.0, kl=0.05)
     assert CORRECTIONS["trm_exact"] == CorrectionConfig.trm_exact(kl=0.05)
     edges = np.log([0.9, 1.1])

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyperx._validation import check_choice, check_positive
-from hyperx.replay import ReplaySample
+from hyperx.replay import ReplaySample, n_step_target
 
 Array = jax.Array
 PyTree = Any
@@ -212,28 +212,19 @@ def make_frame_replay(num_streams: int, n_step: int = 1, gamma: float = 0.99, *,
         t = (start_slot[stream] + age) % capacity
         window = (t[:, None] + jnp.arange(n_step)) % capacity
         s = stream[:, None]
-        term = state.terminal[s, window]
-        trunc = state.truncated[s, window]
-        ended_before = jnp.cumsum(term, axis=1) - term
-        included = (ended_before == 0) & (jnp.cumsum(trunc, axis=1) == 0)
-        included = included & (total > 0)
-        k = jnp.sum(included, axis=1)
+        target = n_step_target(state.reward[s, window], state.terminal[s, window], gamma=gamma,
+                               cuts=state.truncated[s, window],
+                               valid=jnp.broadcast_to(total > 0, (batch_size,)))
+        k = target.n_steps
         valid = k > 0
-        powers = jnp.float32(gamma) ** jnp.arange(n_step, dtype=jnp.float32)
-        n_step_return = jnp.sum(jnp.where(included, powers * state.reward[s, window], 0.0),
-                                axis=1)
-        last_terminal = jnp.take_along_axis(term, jnp.maximum(k - 1, 0)[:, None], axis=1)[:, 0]
-        discount = jnp.where(valid & ~last_terminal, jnp.float32(gamma) ** k, 0.0)
         zero_rows = lambda x: jnp.where(valid.reshape((-1,) + (1,) * (x.ndim - 1)), x,
                                         jnp.zeros_like(x))
         transition = {"obs": zero_rows(stack(state, stream, t)),
                       "action": zero_rows(state.action[stream, t]),
                       **jax.tree.map(lambda x: zero_rows(x[stream, t]), state.extras)}
         bootstrap = zero_rows(stack(state, stream, (t + k) % capacity))
-        return ReplaySample(transition=transition,
-                            n_step_return=jnp.where(valid, n_step_return, 0.0),
-                            discount=discount.astype(jnp.float32), bootstrap_obs=bootstrap,
-                            n_steps=k.astype(jnp.int32),
+        return ReplaySample(transition=transition, n_step_return=target.n_step_return,
+                            discount=target.discount, bootstrap_obs=bootstrap, n_steps=k,
                             indices=(stream * capacity + t).astype(jnp.int32), valid=valid)
 
     return FrameReplay(init, add, sample, can_sample, num_sampleable, stack)

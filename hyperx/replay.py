@@ -78,6 +78,48 @@ class ReplaySample(NamedTuple):
     valid: jax.Array
 
 
+class NStepTarget(NamedTuple):
+    """The n-step pieces of a batch of windows: ``n_step_return`` (B,), ``discount`` (B,)
+    and ``n_steps`` (B,), the number k of steps summed (0 on rows with nothing included)."""
+
+    n_step_return: jax.Array
+    discount: jax.Array
+    n_steps: jax.Array
+
+
+def n_step_target(rewards: jax.Array, terminal: jax.Array, *, gamma: float,
+                  ends: jax.Array | None = None, cuts: jax.Array | None = None,
+                  valid: jax.Array | None = None) -> NStepTarget:
+    """The n-step return and discount of ``B`` windows of ``n`` stored steps: the one rule
+    both replay layouts use (:func:`make_replay_buffer` and
+    :func:`hyperx.atari_replay.make_frame_replay`).
+
+    Step ``i`` of a window is included iff no step before it ends the episode (``ends``,
+    default ``terminal``) and no step up to it is cut (``cuts``: a step that is not stored
+    with what followed it, the frame replay's truncation), and the row is ``valid``::
+
+        k = #included,  R = sum_{i<k} gamma^i r_i,  discount = gamma^k (1 - terminal_{k-1})
+
+    (``discount = 0`` where ``k = 0``). All window arrays are (B, n); ``valid`` is (B,).
+    Hand-checked in tests/test_replay.py.
+    """
+    ends = terminal if ends is None else ends
+    ended_before = jnp.cumsum(ends, axis=1) - ends
+    included = ended_before == 0
+    if cuts is not None:
+        included = included & (jnp.cumsum(cuts, axis=1) == 0)
+    if valid is not None:
+        included = included & valid[:, None]
+    n = rewards.shape[1]
+    powers = jnp.float32(gamma) ** jnp.arange(n, dtype=jnp.float32)
+    n_step_return = jnp.sum(jnp.where(included, powers * rewards, 0.0), axis=1)
+    k = jnp.sum(included, axis=1)
+    last_terminal = jnp.take_along_axis(terminal, jnp.maximum(k - 1, 0)[:, None], axis=1)[:, 0]
+    discount = jnp.where((k > 0) & ~last_terminal,
+                         jnp.float32(gamma) ** k.astype(jnp.float32), 0.0)
+    return NStepTarget(n_step_return, discount.astype(jnp.float32), k.astype(jnp.int32))
+
+
 class ReplayBuffer(NamedTuple):
     """Pure functions of a buffer; see :func:`make_replay_buffer`."""
 
@@ -220,19 +262,12 @@ def make_replay_buffer(
         slots = (start[:, None] + jnp.arange(n_step)) % capacity
         valid = jnp.broadcast_to(count > 0, (batch_size,))
 
-        rewards = _field(state.data, reward, "state.data")[slots].astype(jnp.float32)
-        term = _field(state.data, terminal, "state.data")[slots].astype(bool)
-        end = episode_ends(state.data)[slots]
-        # included[:, i]: no episode end among steps 0..i-1 of the window.
-        ended_before = jnp.cumsum(end, axis=1) - end
-        included = (ended_before == 0) & valid[:, None]
-        powers = jnp.float32(gamma) ** jnp.arange(n_step, dtype=jnp.float32)
-        n_step_return = jnp.sum(jnp.where(included, powers * rewards, 0.0), axis=1)
-        k = jnp.maximum(jnp.sum(included, axis=1), 1)
+        target = n_step_target(
+            _field(state.data, reward, "state.data")[slots].astype(jnp.float32),
+            _field(state.data, terminal, "state.data")[slots].astype(bool), gamma=gamma,
+            ends=episode_ends(state.data)[slots], valid=valid)
+        k = jnp.maximum(target.n_steps, 1)
         last = jnp.take_along_axis(slots, (k - 1)[:, None], axis=1)[:, 0]
-        last_terminal = jnp.take_along_axis(term, (k - 1)[:, None], axis=1)[:, 0]
-        discount = jnp.where(valid & ~last_terminal,
-                             jnp.float32(gamma) ** k.astype(jnp.float32), 0.0)
 
         def gather(tree, idx):
             return jax.tree.map(lambda x: jnp.where(
@@ -241,8 +276,8 @@ def make_replay_buffer(
 
         return ReplaySample(
             transition=gather(state.data, start),
-            n_step_return=n_step_return,
-            discount=discount.astype(jnp.float32),
+            n_step_return=target.n_step_return,
+            discount=target.discount,
             bootstrap_obs=gather(_field(state.data, next_obs, "state.data"), last),
             n_steps=k.astype(jnp.int32),
             indices=start.astype(jnp.int32),

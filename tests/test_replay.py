@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyperx.replay import make_replay_buffer, replay_capacity
+from hyperx.replay import make_replay_buffer, n_step_target, replay_capacity
 
 DRAWS = 2000  # uniform draws over <= 16 windows: P(some window never drawn) < 16 (15/16)^2000
 
@@ -250,3 +250,47 @@ def test_bad_input_names_the_argument():
         buf.add(state, {**transition(0, 1.0), "extra": 1})
     with pytest.raises(ValueError, match="batch_size"):
         buf.sample(state, jax.random.key(0), 0)
+
+
+def test_n_step_target_by_hand():
+    """gamma = 0.5, windows of 3: (a) no end: R = 1 + 0.5*2 + 0.25*4 = 3, discount 0.125;
+    (b) terminal at step 1: R = 1 + 0.5*2 = 2, k = 2, discount 0; (c) truncation (an episode
+    end that bootstraps) at step 0: R = 1, k = 1, discount 0.5; (d) a cut at step 1 (the frame
+    layout's truncation, not stored with what followed): R = 1, k = 1, discount 0.5;
+    (e) an invalid row: nothing included, k = 0, zeros."""
+    r = jnp.array([[1.0, 2.0, 4.0]] * 5)
+    no = [False, False, False]
+    terminal = jnp.array([no, [False, True, False], no, no, no])
+    ends = terminal | jnp.array([no, no, [True, False, False], no, no])
+    cuts = jnp.array([no, no, no, [False, True, False], no])
+    out = n_step_target(r, terminal, gamma=0.5, ends=ends, cuts=cuts,
+                        valid=jnp.array([True, True, True, True, False]))
+    np.testing.assert_allclose(out.n_step_return, [3.0, 3.0 - 1.0, 1.0, 1.0, 0.0])
+    np.testing.assert_allclose(out.discount, [0.125, 0.0, 0.5, 0.5, 0.0])
+    np.testing.assert_array_equal(out.n_steps, [3, 2, 1, 1, 0])
+
+
+@given(st.integers(1, 6), st.floats(0.0, 1.0), st.integers(0, 2**31 - 1))
+@settings(max_examples=30, deadline=None)
+def test_n_step_target_is_the_loop_over_included_steps(n, gamma, seed):
+    """Property: for random flags, the vectorised rule equals a plain loop that stops after an
+    episode end and before a cut."""
+    rng = np.random.default_rng(seed)
+    rewards = rng.normal(size=(4, n)).astype(np.float32)
+    terminal, ends, cuts = (rng.random((3, 4, n)) < 0.3)
+    ends = ends | terminal
+    out = n_step_target(jnp.asarray(rewards), jnp.asarray(terminal), gamma=gamma,
+                        ends=jnp.asarray(ends), cuts=jnp.asarray(cuts))
+    for b in range(4):
+        total, k = 0.0, 0
+        for i in range(n):
+            if cuts[b, i]:
+                break
+            total += np.float32(gamma) ** i * rewards[b, i]
+            k += 1
+            if ends[b, i]:
+                break
+        discount = 0.0 if k == 0 or terminal[b, k - 1] else np.float32(gamma) ** k
+        assert int(out.n_steps[b]) == k
+        np.testing.assert_allclose(float(out.n_step_return[b]), total, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(float(out.discount[b]), discount, rtol=1e-5, atol=1e-7)

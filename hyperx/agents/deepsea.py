@@ -28,6 +28,7 @@ far it got and which checkpoint to resume from.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -301,16 +302,20 @@ def train_deepsea(
     if devices is not None:
         carry = _place(carry, devices)
     manager = None
-    if checkpoint_dir is not None:
-        from hyperx.agents.checkpoint import CheckpointManager
+    resources = contextlib.ExitStack()
+    with resources:  # closes the manager if the restore fails
+        if checkpoint_dir is not None:
+            from hyperx.agents.checkpoint import CheckpointManager
 
-        meta = {"agent": config.name, "config": repr(config), "size": size,
-                "num_episodes": num_episodes, "num_seeds": num_seeds, "seed": seed,
-                "mapping_seeds": repr(mapping_seeds), "chunk_steps": chunk}
-        manager = CheckpointManager(checkpoint_dir, meta)
-        carry = manager.restore_latest(carry)
-        if devices is not None:
-            carry = _place(carry, devices)
+            meta = {"agent": config.name, "config": repr(config), "size": size,
+                    "num_episodes": num_episodes, "num_seeds": num_seeds, "seed": seed,
+                    "mapping_seeds": repr(mapping_seeds), "chunk_steps": chunk}
+            manager = resources.enter_context(contextlib.closing(
+                CheckpointManager(checkpoint_dir, meta)))
+            carry = manager.restore_latest(carry)
+            if devices is not None:
+                carry = _place(carry, devices)
+        resources = resources.pop_all()  # from here on the driver closes it
     timing = {"compile": 0.0, "run": 0.0}
 
     def advance(c: TrainCarry) -> tuple[TrainCarry, dict]:
@@ -324,8 +329,7 @@ def train_deepsea(
         max_chunks=max_chunks, on_chunk=on_chunk,
         save=None if manager is None else manager.save,
         saved_step=None if manager is None else manager.latest_step(),
-        progress="deepsea" if progress else None,
-        cleanup=() if manager is None else (manager.close,))
+        progress="deepsea" if progress else None, cleanup=(resources.close,))
     carry, steps_before = run.carry, run.done_at_start
     compile_time, run_time = timing["compile"], timing["run"]
     steps_done = min(int(carry.t), program.num_steps)

@@ -189,3 +189,14 @@ def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: boo
     remove_outputs(path, outputs)
     write_manifest(path, command, settings)
     return path, None
+
+
+def read_summary(path: Path) -> dict:
+    """A run's ``summary.json`` as a dict; ``ValueError`` naming the file otherwise."""
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError:
+        raise ValueError(f"{path}: not JSON") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return meta

@@ -44,9 +44,11 @@ def test_run_scan_chunks_and_padding_match_one_scan():
 
 def test_the_old_modules_forward_each_moved_name_with_a_warning():
     import hyperx.agents.api as api
+    import hyperx.agents.checkpoint as old_checkpoint
     import hyperx.agents.deepsea as deepsea
     import hyperx.agents.keys as keys
     import hyperx.bandits.runner as runner
+    import hyperx.checkpoint as checkpoint
     import hyperx.experiment as experiment
 
     for old, name, home in ((experiment, "run_bandit", runner),
@@ -54,7 +56,8 @@ def test_the_old_modules_forward_each_moved_name_with_a_warning():
                             (experiment, "run_scan", loop), (experiment, "log_grid", loop),
                             (experiment, "to_host", loop), (api, "KeySchedule", keys),
                             (api, "run_key", keys), (api, "deepsea_step_budget", deepsea),
-                            (api, "DEEPSEA_STEP_BUDGETS", deepsea)):
+                            (api, "DEEPSEA_STEP_BUDGETS", deepsea),
+                            (old_checkpoint, "CheckpointManager", checkpoint)):
         with pytest.warns(DeprecationWarning, match=f"moved to {home.__name__}.{name}"):
             assert getattr(old, name) is getattr(home, name)
     with warnings.catch_warnings():

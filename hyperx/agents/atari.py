@@ -466,7 +466,7 @@ def train_atari(
         manager = None
         episodes: list[dict] = []
         if checkpoint_dir is not None:
-            from hyperx.agents.checkpoint import CheckpointManager
+            from hyperx.checkpoint import CheckpointManager
 
             manager = resources.enter_context(contextlib.closing(CheckpointManager(
                 checkpoint_dir, {

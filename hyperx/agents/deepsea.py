@@ -305,7 +305,7 @@ def train_deepsea(
     resources = contextlib.ExitStack()
     with resources:  # closes the manager if the restore fails
         if checkpoint_dir is not None:
-            from hyperx.agents.checkpoint import CheckpointManager
+            from hyperx.checkpoint import CheckpointManager
 
             meta = {"agent": config.name, "config": repr(config), "size": size,
                     "num_episodes": num_episodes, "num_seeds": num_seeds, "seed": seed,

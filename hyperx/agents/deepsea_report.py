@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hyperx._rundir import write_atomic
+from hyperx._rundir import read_summary, write_atomic
 from hyperx.agents.deepsea import DeepSeaResult
 
 CHANCE_LEVEL = 0.05
@@ -199,17 +199,6 @@ def plot_returns_csv(directory: str | Path) -> Path:
     path = directory / "deepsea.png"
     plot_returns(read_returns(directory / "returns.csv"), str(path), title)
     return path
-
-
-def read_summary(path: Path) -> dict:
-    """A run's ``summary.json`` as a dict; ``ValueError`` naming the file otherwise."""
-    try:
-        meta = json.loads(path.read_text())
-    except ValueError:
-        raise ValueError(f"{path}: not JSON") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return meta
 
 
 def plot_returns(returns: np.ndarray, path: str, title: str) -> None:

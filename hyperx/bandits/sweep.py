@@ -434,7 +434,7 @@ def plot_regret_csv(directory: str | Path) -> Path:
     Raises ``ValueError`` naming the file when it lacks its header, a row is cut or holds a
     non-number, it has no rows, or a label's rows do not fill whole seeds.
     """
-    from hyperx.agents.deepsea_report import read_summary
+    from hyperx._rundir import read_summary
 
     directory = Path(directory)
     path = directory / "regret.csv"

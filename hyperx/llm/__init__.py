@@ -4,8 +4,14 @@ Rollout correction (:mod:`hyperx.llm.corrections`), the decoupled / bypass PPO a
 objectives (:mod:`hyperx.llm.objectives`), advantage baselines with the Optimal Token Baseline
 (:mod:`hyperx.llm.baselines`), the length-aware learning-rate scale
 (:mod:`hyperx.llm.schedules`), mismatch diagnostics (:mod:`hyperx.llm.diagnostics`) and the verl
-option parser and metric names (:mod:`hyperx.llm.verl`). The
-small test model stays in :mod:`hyperx.llm.model` (import it explicitly).
+option parser and metric names (:mod:`hyperx.llm.verl`).
+
+The RL stack is imported explicitly (it builds Flax models): :mod:`hyperx.llm.model` (the
+causal-LM interface every model plugs into, the KV-cache sampler that records ``log mu``, the
+teacher-forced log-probs, and a GPT-2-style model), :mod:`hyperx.llm.transformer` (a RoPE /
+RMSNorm model), :mod:`hyperx.llm.moe` (Top-K mixture-of-experts layers and routing replay),
+:mod:`hyperx.llm.hf` (transformers Flax models), :mod:`hyperx.llm.tasks` (verifiable tasks),
+:mod:`hyperx.llm.train` (the RL trainer) and :mod:`hyperx.llm.cli` (``hyperx llm``).
 """
 
 from hyperx.llm.baselines import (

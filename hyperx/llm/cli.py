@@ -301,7 +301,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     import jax
     import numpy as np
 
-    from hyperx.agents.checkpoint import CheckpointManager
+    from hyperx.checkpoint import CheckpointManager
     from hyperx.llm import train as rl
     from hyperx.llm.tasks import Task
     from hyperx.loop import TrainingInterrupted, run_chunks

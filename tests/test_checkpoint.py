@@ -54,7 +54,7 @@ def test_resume_in_a_fresh_process_is_bitwise_identical(tmp_path):
 
 
 def test_resume_refuses_a_different_run(tmp_path):
-    from hyperx.agents.checkpoint import CheckpointManager
+    from hyperx.checkpoint import CheckpointManager
 
     manager = CheckpointManager(str(tmp_path), {"agent": "dqn", "size": 4})
     manager.save(3, {"x": np.arange(3, dtype=np.int32)})
@@ -68,7 +68,7 @@ def test_resume_refuses_a_different_run(tmp_path):
 
 
 def _two_steps(tmp_path):
-    from hyperx.agents.checkpoint import CheckpointManager
+    from hyperx.checkpoint import CheckpointManager
 
     manager = CheckpointManager(str(tmp_path), {"run": 1})
     for step in (1, 2):
@@ -112,7 +112,7 @@ def test_no_intact_checkpoint_fails_in_one_line(tmp_path):
 
 
 def test_a_different_run_names_the_option_in_one_line(tmp_path):
-    from hyperx.agents.checkpoint import CheckpointManager
+    from hyperx.checkpoint import CheckpointManager
 
     manager = CheckpointManager(str(tmp_path), {"seed": 0, "chunk_steps": 5})
     manager.save(1, {"x": np.zeros(2, np.int32)})

@@ -1,0 +1,178 @@
+"""Save and resume a training carry with orbax (checkpoints between compiled chunks).
+
+The carry (parameters, target parameters, optimiser state, replay, environment state, keys,
+metrics, step counter) is one pytree; :class:`CheckpointManager` writes it after each chunk
+under ``directory/<step>/`` next to a JSON description of the run and the SHA-256 of the
+carry's bytes, and restores the latest one into the structure of a freshly built carry.
+Restoring is exact (raw array bytes), so a resumed run equals an uninterrupted one bit for bit
+on the same device and versions.
+
+Integrity: the files of a step must have the sizes and SHA-256 digests recorded once the save
+was on disk (``<step>/hyperx_files.json``), so a truncated or edited file is found
+before orbax reads anything, and a restored carry must reproduce the checksum of its bytes
+recorded when it was saved. A step that fails either is skipped with a one-line warning on
+stderr, and the newest intact step is used; when none is intact,
+``ValueError`` says so in one line. A Ctrl-C during a save is held until the save is complete,
+so no half-written step is left; temporary directories of a killed process are removed when the
+directory is opened again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from hyperx._rundir import first_difference, sigint_held
+
+DIGESTS = "hyperx_files.json"
+"""The record of a step's files (sizes and SHA-256), written into the step's folder."""
+
+
+def checksum(tree: Any) -> str:
+    """SHA-256 of every leaf's dtype, shape and bytes, in tree order."""
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(tree)):
+        array = np.ascontiguousarray(leaf)
+        digest.update(f"{array.dtype}{array.shape}".encode())
+        digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+class CheckpointManager:
+    """Latest-two checkpoints of a carry in ``directory``, tagged with ``metadata`` (a dict of
+    JSON values describing the run). Resuming from a directory written by a different run
+    (other metadata) raises ``ValueError`` naming the first differing entry."""
+
+    def __init__(self, directory: str, metadata: dict[str, Any]):
+        self.metadata = metadata
+        self.directory = os.path.abspath(directory)
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
+                                                 cleanup_tmp_directories=True))
+
+    def save(self, step: int, carry: Any) -> None:
+        """Write ``carry`` as checkpoint ``step`` with its checksum (blocks until on disk)."""
+        with sigint_held():
+            self._manager.save(step, args=ocp.args.Composite(
+                carry=ocp.args.StandardSave(carry), meta=ocp.args.JsonSave(self.metadata),
+                integrity=ocp.args.JsonSave({"sha256": checksum(carry)})))
+            self._manager.wait_until_finished()
+            self._write_digests(step)
+
+    def _digests_path(self, step: int) -> str:
+        return os.path.join(self.directory, str(step), DIGESTS)
+
+    def _write_digests(self, step: int) -> None:
+        """Record every file of ``step`` (size and SHA-256) in the step's folder."""
+        path = self._digests_path(step)
+        digests = _file_digests(os.path.dirname(path))
+        with open(path + ".tmp", "w") as f:
+            json.dump(digests, f)
+        os.replace(path + ".tmp", path)
+
+    def _check_files(self, step: int) -> None:
+        """Raise ``ValueError`` naming the first file of ``step`` that is missing or differs
+        from its record (no record, as in checkpoints from before records: nothing to check)."""
+        path = self._digests_path(step)
+        if not os.path.exists(path):
+            return
+        with open(path) as f:
+            want = json.load(f)
+        folder = os.path.join(self.directory, str(step))
+        for rel, (size, digest) in sorted(want.items()):
+            file = os.path.join(folder, rel)
+            if not os.path.isfile(file):
+                raise ValueError(f"file {rel} is missing")
+            if os.path.getsize(file) != size or _sha256(file) != digest:
+                raise ValueError(f"file {rel} changed since the save")
+
+    def latest_step(self) -> int | None:
+        """The newest saved step (intact or not), or ``None``."""
+        return self._manager.latest_step()
+
+    def _read_meta(self, step: int) -> dict[str, Any]:
+        meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        return dict(meta["meta"])
+
+    def _restore(self, step: int, abstract: Any) -> Any:
+        """The carry of ``step``; an unreadable step or a checksum mismatch raises."""
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            carry=ocp.args.StandardRestore(abstract), integrity=ocp.args.JsonRestore()))
+        if checksum(restored["carry"]) != restored["integrity"]["sha256"]:
+            raise ValueError("checksum mismatch")
+        return restored["carry"]
+
+    def restore_latest(self, like: Any) -> Any:
+        """The newest intact saved carry in the structure of ``like``, or ``like`` when the
+        directory holds no checkpoint (module docstring: integrity and fallback). When it
+        raises (another run's directory, no intact checkpoint), the manager is closed first, so
+        orbax's threads do not outlive the error."""
+        try:
+            return self._restore_latest(like)
+        except BaseException:
+            self.close()
+            raise
+
+    def _restore_latest(self, like: Any) -> Any:
+        steps = sorted(self._manager.all_steps(), reverse=True)
+        abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), like)
+        failures = []
+        for step in steps:
+            try:
+                self._check_files(step)
+                difference = first_difference(self._read_meta(step), self.metadata)
+                carry = None if difference else self._restore(step, abstract)
+            except Exception as err:  # any unreadable or corrupt step is skipped
+                failures.append(f"step {step}: {_reason(err)}")
+                continue
+            if difference:
+                raise ValueError(f"checkpoint_dir: {self.directory} holds a different run, "
+                                 f"{difference}; resume with the saved settings or use another "
+                                 "directory")
+            if failures:
+                sys.stderr.write(f"hyperx: warning: {self.directory}: checkpoint "
+                                 f"{'; '.join(failures)}; resuming from step {step}\n")
+            return carry
+        if failures:
+            raise ValueError(f"checkpoint_dir: no intact checkpoint in {self.directory} "
+                             f"({'; '.join(failures)}); remove it to start again")
+        return like
+
+    def close(self) -> None:
+        """Flush and release the manager."""
+        self._manager.close()
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_digests(folder: str) -> dict[str, list]:
+    """``{path relative to folder: [size, sha256]}`` of every file under ``folder`` but the
+    record itself."""
+    out = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, folder)
+            if rel not in (DIGESTS, DIGESTS + ".tmp"):
+                out[rel] = [os.path.getsize(path), _sha256(path)]
+    return out
+
+
+def _reason(err: Exception) -> str:
+    """A short, one-line reason for an unreadable checkpoint."""
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:120]}" if text != "checksum mismatch" else text

@@ -249,7 +249,9 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                      f"device memory for the {index.support_size():,} support points of the "
                      f"{config.index} index (update_index='support')")
     perturbation = make_index("sphere", config.index_dim)
-    buffer = make_replay_buffer(config.n_step, config.gamma)
+    if num_envs is not None:
+        check_int("num_envs", num_envs)
+    buffer = make_replay_buffer(config.n_step, config.gamma) if replay is None else replay
     optimiser = make_optimizer(config)
     epsilon = (optax.linear_schedule(config.epsilon_start, config.epsilon_end,
                                      config.epsilon_decay_steps)
@@ -313,10 +315,9 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         return greedy(state, key, obs, xi)
 
     if num_envs is not None:
-        check_int("num_envs", num_envs)
-        learn = _make_learner(config, network, index, replay, optimiser)
-        agent = _batched(config, network, num_actions, obs_example, num_envs, replay, capacity,
-                         optimiser, epsilon, acting_index, perturbation, q_values, learn)
+        agent = _batched(_Shared(config, network, num_actions, obs_example, capacity, optimiser,
+                                 epsilon, acting_index, perturbation, q_values, learn),
+                         num_envs, buffer)
     else:
         agent = Agent(config, network, init, act, observe, learn, acting_index, eval_act,
                       q_values)
@@ -396,10 +397,25 @@ def updates_per_iteration(config: AgentConfig, num_envs: int) -> tuple[int, int]
                      f"(so each iteration runs a fixed number of updates), got {steps}")
 
 
-def _batched(config: AgentConfig, network: Network, num_actions: int, obs_example: Array,
-             num_envs: int, buffer: Any, capacity: int, optimiser: Any, epsilon: Any,
-             acting_index: Callable, perturbation: IndexDistribution, q_values: Callable,
-             learn: Callable) -> Agent:
+class _Shared(NamedTuple):
+    """What :func:`make_agent` builds once for either agent: the network, its optimiser, the
+    exploration schedule, the acting index and perturbation draws, the values and the
+    learner."""
+
+    config: AgentConfig
+    network: Network
+    num_actions: int
+    obs_example: Array
+    capacity: int
+    optimiser: Any
+    epsilon: Any
+    acting_index: Callable
+    perturbation: IndexDistribution
+    q_values: Callable
+    learn: Callable
+
+
+def _batched(shared: _Shared, num_envs: int, buffer: Any) -> Agent:
     """The agent acting in ``num_envs`` environments at once (Atari's vector of games).
 
     Each environment has its own acting index, drawn at its own episode ends (a terminal or a
@@ -409,6 +425,8 @@ def _batched(config: AgentConfig, network: Network, num_actions: int, obs_exampl
     ``env_steps`` grows by B (an autoreset step counts, though it stores nothing); the
     update ratio stays ``updates_per_step`` per ``update_every`` env steps.
     """
+    (config, network, num_actions, obs_example, capacity, optimiser, epsilon, acting_index,
+     perturbation, q_values, learn) = shared
     per_iteration, period = updates_per_iteration(config, num_envs)
 
     def init(key: Array) -> AgentState:

@@ -16,7 +16,12 @@ DRAWS = 2000  # uniform draws over <= 16 windows: P(some window never drawn) < 1
 def buffer(n_step, gamma, truncated="truncated"):
     """One buffer (and its jitted functions) per config, so tests share compilations."""
     buf = make_replay_buffer(n_step, gamma, truncated=truncated)
-    return buf, jax.jit(buf.add), jax.jit(buf.sample, static_argnums=2)
+    return buf, jax.jit(lambda s, t: buf.add(s, one(t))), jax.jit(buf.sample, static_argnums=2)
+
+
+def one(tree):
+    """One stream's transition as :func:`add` takes it: every leaf with a leading (1,)."""
+    return jax.tree.map(lambda x: jnp.asarray(x)[None], tree)
 
 
 def example(obs_dim=2):
@@ -128,7 +133,7 @@ def test_wrap_around():
     rewards = [float(t) for t in range(10)]
     state = fill(2, 0.5, 4, rewards, terminals={7})
     assert int(state.num_added) == 10  # |D| is not capped by the capacity
-    assert int(state.write_index) == 2
+    assert state.write_index.tolist() == [2]
     want = {6: (6 + 0.5 * 7, 0.0, 2, 8), 7: (7.0, 0.0, 1, 8), 8: (8 + 0.5 * 9, 0.25, 2, 10)}
     assert_windows(windows(2, 0.5, state), want)
 
@@ -186,7 +191,7 @@ def test_jit_and_vmap_over_seeds_match_single_runs():
         def body(states, x):
             r, d, t = x
             trans = jax.vmap(lambda r, d: transition(t, r, d))(r, d)
-            return jax.vmap(buf.add)(states, trans), None
+            return jax.vmap(lambda s, t: buf.add(s, one(t)))(states, trans), None
 
         states, _ = jax.lax.scan(body, states, (rewards, terminals, jnp.arange(9)))
         keys = jax.random.split(jax.random.key(1), seeds)
@@ -200,8 +205,8 @@ def test_jit_and_vmap_over_seeds_match_single_runs():
     for s in range(seeds):
         single = fill(2, 0.9, 6, rewards[:, s].tolist(),
                       terminals=set(np.flatnonzero(terminals[:, s]).tolist()))
-        one = buf.sample(single, keys[s], 16)
-        for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(batched), strict=True):
+        alone = buf.sample(single, keys[s], 16)
+        for a, b in zip(jax.tree.leaves(alone), jax.tree.leaves(batched), strict=True):
             np.testing.assert_allclose(a, b[s], rtol=1e-6)
 
 
@@ -220,6 +225,32 @@ def test_matches_reference_on_random_streams(n_step, capacity, adds, flags, seed
         assert not bool(buffer(n_step, 0.5)[0].can_sample(state, 1))
         return
     assert_windows(windows(n_step, 0.5, state, seed), want)
+
+
+def test_streams_are_separate_rings_and_invalid_steps_store_nothing():
+    """Two streams of the transitions layout, n = 2, gamma = 0.5: stream 0 stores t = 0..5
+    (reward 1), stream 1 only the even steps t = 100, 102, 104 (reward 10). No window mixes
+    the streams (every return is 1 + 0.5 = 1.5 or 10 + 5 = 15), stream 1's newest slot waits,
+    and the draws share the 5 + 2 complete windows uniformly (4,000 draws: sd 0.007 on the
+    share 2/7, tolerance 0.03)."""
+    buf = make_replay_buffer(2, 0.5, num_streams=2)
+    state = buf.init(16, example())
+    for t in range(6):
+        pair = jax.tree.map(lambda a, b: jnp.stack([a, b]), transition(t, 1.0),
+                            transition(100 + t, 10.0))
+        state = buf.add(state, pair, jnp.array([True, t % 2 == 0]))
+    assert state.stream_added.tolist() == [6, 3] and int(state.num_added) == 9
+    assert int(buf.num_sampleable(state)) == 7
+    out = jax.device_get(buf.sample(state, jax.random.key(4), 4000))
+    stream = out.indices // 8
+    t = out.transition["t"]
+    np.testing.assert_allclose(out.n_step_return[stream == 0], 1.5)
+    np.testing.assert_allclose(out.n_step_return[stream == 1], 15.0)
+    assert set(t[stream == 0].tolist()) == set(range(5))
+    assert set(t[stream == 1].tolist()) == {100, 102}
+    np.testing.assert_array_equal(out.bootstrap_obs[stream == 1, 0],
+                                  np.where(t[stream == 1] == 100, 103, 105))
+    assert abs(float(np.mean(stream == 1)) - 2 / 7) < 0.03
 
 
 def test_replay_capacity():
@@ -244,10 +275,19 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match=r"example_transition.reward: expected shape \(\)"):
         buf.init(8, {**example(), "reward": jnp.zeros(2)})
     state = buf.init(8, example())
-    with pytest.raises(ValueError, match=r"transition\['obs'\]: expected shape \(2,\)"):
-        buf.add(state, {**transition(0, 1.0), "obs": jnp.zeros(3, jnp.int32)})
-    with pytest.raises(ValueError, match="transition: expected the pytree structure"):
-        buf.add(state, {**transition(0, 1.0), "extra": 1})
+    with pytest.raises(ValueError, match=r"transitions\['obs'\]: expected shape \(1, 2\)"):
+        buf.add(state, one({**transition(0, 1.0), "obs": jnp.zeros(3, jnp.int32)}))
+    with pytest.raises(ValueError, match=r"expected shape \(1, 2\) \(one transition per stream\), "
+                       r"got \(2,\)"):
+        buf.add(state, transition(0, 1.0))  # unbatched: one transition per stream is (1, ...)
+    with pytest.raises(ValueError, match="transitions: expected the pytree structure"):
+        buf.add(state, one({**transition(0, 1.0), "extra": 1}))
+    with pytest.raises(ValueError, match=r"valid: expected shape \(1,\)"):
+        buf.add(state, one(transition(0, 1.0)), jnp.ones(2, bool))
+    with pytest.raises(ValueError, match="num_streams"):
+        make_replay_buffer(1, num_streams=0)
+    with pytest.raises(ValueError, match="layout"):
+        make_replay_buffer(1, layout="episodes")
     with pytest.raises(ValueError, match="batch_size"):
         buf.sample(state, jax.random.key(0), 0)
 

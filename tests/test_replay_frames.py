@@ -1,13 +1,18 @@
-"""The frame replay: stacks rebuilt from frames stored once, never across a game start."""
+"""The replay core's frames layout: stacks rebuilt from frames stored once, never across a game
+start; one stream per environment."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyperx.atari_replay import make_frame_replay, replay_bytes
+from hyperx.replay import frame_stack, make_replay_buffer, replay_bytes
 
 H = W = 2
+
+
+def make_frame_replay(num_streams, n_step=1, gamma=0.99, pad="repeat"):
+    return make_replay_buffer(n_step, gamma, num_streams=num_streams, layout="frames", pad=pad)
 
 
 def frame(value: int) -> np.ndarray:
@@ -52,7 +57,7 @@ def test_rebuilt_stacks_equal_the_environments_and_never_cross_a_game_start(pad)
               False, False]
     state = fill(replay, state, values, firsts, pad)
     want = env_stacks(values, firsts, pad)
-    got = replay.stack(state, jnp.zeros(len(values), jnp.int32),
+    got = frame_stack(replay.spec, state, jnp.zeros(len(values), jnp.int32),
                        jnp.arange(len(values), dtype=jnp.int32))
     np.testing.assert_array_equal(np.asarray(got), np.stack(want))
     # The stack after the start at slot 7 holds nothing of the game before it.
@@ -99,7 +104,8 @@ def test_invalid_steps_store_nothing_and_streams_are_separate():
     state = replay.add(state, step, jnp.bool_([True, False]))
     np.testing.assert_array_equal(np.asarray(state.stream_added), [1, 0])
     assert int(state.num_added) == 1
-    assert int(state.frames[0, 0, 0, 0]) == 1 and int(state.frames[1, 0, 0, 0]) == 0
+    frames = np.asarray(state.data["obs"])
+    assert int(frames[0, 0, 0, 0]) == 1 and int(frames[1, 0, 0, 0]) == 0
 
 
 def test_sampling_is_uniform_over_streams_by_their_sizes():
@@ -158,3 +164,13 @@ def test_bad_arguments_name_themselves():
         replay.init(4, EXAMPLE)
     with pytest.raises(ValueError, match="missing"):
         replay.init(64, {"obs": EXAMPLE["obs"]})
+
+
+def test_the_old_module_still_builds_it_with_a_warning():
+    import hyperx.atari_replay as old
+
+    with pytest.warns(DeprecationWarning, match="layout='frames'"):
+        replay = old.make_frame_replay(2, 3, 0.5, pad="zero")
+    assert replay.spec == make_frame_replay(2, 3, 0.5, pad="zero").spec
+    with pytest.warns(DeprecationWarning, match="hyperx.replay.replay_bytes"):
+        assert old.replay_bytes is replay_bytes

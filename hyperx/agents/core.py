@@ -226,7 +226,8 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
       step_budget: env steps of the run; the buffer holds ``min(buffer_size, step_budget)``.
       num_envs: act in B = ``num_envs`` environments at once (see :func:`_batched`); then
         ``replay`` is the buffer (one stream per environment, e.g.
-        :func:`hyperx.atari_replay.make_frame_replay`). ``None``: the one-environment agent.
+        :func:`hyperx.replay.make_replay_buffer` with ``layout="frames"``). ``None``: the
+        one-environment agent, on a one-stream ``"transitions"`` buffer.
 
     Raises ``ValueError`` with the estimate (:func:`check_agent_memory`) when one seed's state
     cannot fit in device memory, before anything is allocated.
@@ -301,7 +302,7 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         check_transition(transition, num_actions, num_states)
         k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
         stored = dict(transition._asdict(), z=perturbation.sample(k_z))
-        replay = buffer.add(state.replay, stored)
+        replay = buffer.add(state.replay, jax.tree.map(lambda x: jnp.asarray(x)[None], stored))
         ended = jnp.asarray(transition.terminal) | jnp.asarray(transition.truncated)
         redraw = ended | (jax.random.uniform(k_redraw) < config.redraw_prob)
         new_index = jnp.where(redraw, acting_index(k_index), state.index)

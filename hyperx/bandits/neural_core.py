@@ -196,9 +196,9 @@ def make_neural_learner(model: NeuralModel, config: NeuralConfig) -> Learner:
         context = context.astype(jnp.float32)
         z = make_index("sphere", model.perturbation_dim).sample(k_z)
         extra = model.observe(state.extra, state.variables, context)
-        replay = _BUFFER.add(state.replay, {
+        replay = _BUFFER.add(state.replay, jax.tree.map(lambda x: x[None], {
             "x": context, "z": z, "reward": jnp.asarray(reward, jnp.float32),
-            "terminal": jnp.ones((), bool), "next_obs": jnp.zeros((), jnp.float32)})
+            "terminal": jnp.ones((), bool), "next_obs": jnp.zeros((), jnp.float32)}))
         state = state._replace(replay=replay, extra=extra)
         n = replay.num_added
         due = (n >= config.learning_starts) & (n % config.update_every == 0)

@@ -150,7 +150,7 @@ def test_replay_stores_compact_states_and_sphere_perturbations():
     state = agent.init(jax.random.PRNGKey(0))
     for i in range(5):
         state = agent.observe(state, jax.random.PRNGKey(i), _transition(i, i == 4))
-    data = state.replay.data
+    data = jax.tree.map(lambda x: x[0], state.replay.data)  # the one stream
     assert data["obs"].dtype == jnp.int32 and data["obs"].shape == (500,)
     np.testing.assert_array_equal(data["obs"][:5], np.arange(5))
     np.testing.assert_allclose(np.linalg.norm(data["z"][:5], axis=1), 1.0, rtol=1e-5)

@@ -220,8 +220,8 @@ runs = {name: train_atari(config, "Breakout", devices=devices, **kw)
 out = {}
 for name, r in runs.items():
     agent = r.carry.seeds.agent
-    out[name + "_devices"] = np.array(len(agent.replay.frames.sharding.device_set))
-    out[name + "_obs"] = np.asarray(agent.replay.frames)
+    out[name + "_devices"] = np.array(len(agent.replay.data["obs"].sharding.device_set))
+    out[name + "_obs"] = np.asarray(agent.replay.data["obs"])
     out[name + "_params"] = np.concatenate([np.asarray(x).ravel()
                                             for x in jax.tree.leaves(agent.params)])
     out[name + "_grad_steps"] = np.asarray(agent.grad_steps)

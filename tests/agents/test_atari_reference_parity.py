@@ -14,16 +14,16 @@ from hyperx.agents import get_config, make_agent
 from hyperx.agents.atari import _eval_act, eval_protocol
 from hyperx.agents.config import DQN_100K
 from hyperx.agents.core import Transition
-from hyperx.atari_replay import make_frame_replay
 from hyperx.envs.atari import OBS_SHAPE
 from hyperx.heads import HypermodelHead, MLPTorso, NatureCNN, minmax_rows, unit_index
 from hyperx.losses import grad_sq_norm
+from hyperx.replay import make_replay_buffer
 
 FRAMES = jax.random.randint(jax.random.PRNGKey(7), (3, *OBS_SHAPE), 0, 256).astype(jnp.uint8)
 
 
 def _atari_agent(config, num_actions: int = 6):
-    replay = make_frame_replay(1, config.n_step, config.gamma, pad="repeat")
+    replay = make_replay_buffer(config.n_step, config.gamma, layout="frames", pad="repeat")
     return make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8), num_envs=1,
                       replay=replay)
 

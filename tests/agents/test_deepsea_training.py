@@ -44,12 +44,12 @@ def test_episode_metrics_match_a_python_replay_of_the_actions():
     for s, mapping_seed in enumerate([3, 42]):
         mapping = deepsea.bsuite_mapping(size, mapping_seed)
         np.testing.assert_array_equal(seeds.env_params.action_mapping[s], mapping)
-        actions = np.asarray(seeds.agent.replay.data["action"][s])
+        actions = np.asarray(seeds.agent.replay.data["action"][s, 0])
         assert actions.shape == (size * episodes,)
         returns, bads = _simulate(mapping, actions)
         np.testing.assert_allclose(result.returns[s], returns, atol=1e-6)
         np.testing.assert_array_equal(result.bad[s], bads)
-        obs = np.asarray(seeds.agent.replay.data["obs"][s])
+        obs = np.asarray(seeds.agent.replay.data["obs"][s, 0])
         np.testing.assert_array_equal(obs.reshape(episodes, size)[:, 0], 0)
     assert result.learned_bsuite.shape == (2,)
 
@@ -63,8 +63,8 @@ def test_a_seeds_random_draws_do_not_depend_on_the_batch():
     one = train_deepsea(config, 4, 10, num_seeds=1).carry.seeds
     two = train_deepsea(config, 4, 10, num_seeds=2).carry.seeds
     for field in ("action", "obs"):
-        np.testing.assert_array_equal(one.agent.replay.data[field][0, :16],
-                                      two.agent.replay.data[field][0, :16])
+        np.testing.assert_array_equal(one.agent.replay.data[field][0, 0, :16],
+                                      two.agent.replay.data[field][0, 0, :16])
     # Even z = g / ||g|| is vectorised differently for another batch shape (1 ulp).
     np.testing.assert_allclose(one.agent.replay.data["z"][0], two.agent.replay.data["z"][0],
                                rtol=1e-6)

@@ -193,7 +193,8 @@ def run_group(game: str, agent: str, first: int, count: int, args: argparse.Name
                          seed=args.seed + first, eval_every=args.eval_every,
                          eval_episodes=args.eval_episodes, eval_max_steps=args.eval_max_steps,
                          eval_at_start=True, chunk_steps=args.chunk_steps,
-                         checkpoint_dir=os.path.join(folder, "checkpoints"), on_chunk=on_chunk)
+                         checkpoint_dir=(os.path.join(folder, "checkpoints")
+                                         if args.checkpoints else None), on_chunk=on_chunk)
     write(result.evaluations, result.steps_done, True)
 
 
@@ -243,10 +244,10 @@ def summarise(args: argparse.Namespace) -> dict:
         "command": "python benchmarks/atari_parity.py " + " ".join(
             f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
             for k, v in vars(args).items()
-            if k not in ("out_dir", "summary", "summarise_only") and v is not None),
+            if k not in ("out_dir", "summary", "summarise_only", "checkpoints")
+            and v is not None),
         "device": str(jax.devices()[0]),
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip(),
+        "commit": commit(),
         "protocol": ("10-game evaluation at agent step 0 and every 20,000: no life loss, raw "
                      "scores, 27,000-step cap; hyperagent greedy on a fresh index per game, "
                      "dqn_100k epsilon-greedy with epsilon 0.001; one mean per seed; "
@@ -259,6 +260,17 @@ def summarise(args: argparse.Namespace) -> dict:
         json.dump(summary, f, indent=1)
     plot(summary, args.summary.replace(".json", ".png"))
     return summary
+
+
+def commit() -> str:
+    """The repository's HEAD, or ``"unknown"`` where git or the repository is absent (a copy
+    of the working tree on a lent machine)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__)))
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
 
 
 def init_shares(game: str, args: argparse.Namespace) -> dict[str, float]:
@@ -386,6 +398,9 @@ def main() -> None:
     parser.add_argument("--learning-starts", type=int, default=None,
                         help="override (tiny checks only; the reference's is 2000)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-checkpoints", dest="checkpoints", action="store_false",
+                        help="no orbax checkpoint per chunk (a GPU loan that cannot resume: "
+                             "8 seeds' replays are ~6 GB a save)")
     parser.add_argument("--out-dir", default=OUT_DIR)
     parser.add_argument("--summary", default=SUMMARY)
     parser.add_argument("--summarise-only", action="store_true",

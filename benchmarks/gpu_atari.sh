@@ -4,11 +4,14 @@
 #   bash benchmarks/gpu_atari.sh            # throughput (under 8 minutes): the compiled loop
 #       against the CleanRL Python-loop design and agents per program, then a short 8-seed
 #       Breakout run; writes benchmarks/results/gpu_atari_throughput.json, gpu_breakout/.
-#   bash benchmarks/gpu_atari.sh parity     # parity (under 10 minutes on one large GPU):
+#   bash benchmarks/gpu_atari.sh parity     # parity (about 7 minutes on one H200):
 #       benchmarks/atari_parity.py on Alien and Freeway side by side, 8 hyperagent seeds
-#       vmapped in one program per game, 100k agent steps, evaluated at 0 and every 20k on 10
-#       games, stopped after PARITY_LIMIT_S seconds (default 540) and summarised from the
-#       chunks it finished (no checkpoints: a loan cannot resume); writes
+#       vmapped in one program per game, PARITY_STEPS agent steps (default 40k), evaluated at
+#       0 and every 20k on 10 games, stopped after PARITY_LIMIT_S seconds (default 540) and
+#       summarised from the chunks it finished (no checkpoints: a loan cannot resume). On an
+#       H200 each game ran 20k steps of its 8 seeds in 150-165 s after a 230-256 s first chunk
+#       (compiling, the step-0 evaluation, the baselines), so PARITY_STEPS=100000 needs about
+#       14 minutes (benchmarks/results/gpu_atari_parity.json); writes
 #       benchmarks/results/gpu_atari_parity.json|png and gpu_atari_parity/.
 #
 # DRY_RUN=1 runs every line of a mode with tiny sizes on any device (the slow tests do, so
@@ -38,7 +41,7 @@ case "$MODE" in
              --eval-episodes 1 --eval-max-steps 30 --random-episodes 2 --learning-starts 16
              --no-checkpoints"
     else
-      SIZES="--steps 100000 --eval-every 20000 --chunk-steps 20000 --seeds 8
+      SIZES="--steps ${PARITY_STEPS:-40000} --eval-every 20000 --chunk-steps 20000 --seeds 8
              --seeds-per-program 8 --no-checkpoints"
     fi
     # One process per game, side by side on the one GPU (the steps are latency bound, so two

@@ -300,3 +300,16 @@ def test_gpu_script_parity_mode_dry_run(tmp_path):
         assert "random" in entry["baselines"]
     assert "always_up" in summary["games"]["Freeway"]["baselines"]
     assert (tmp_path / "gpu_atari_parity.png").exists()
+
+
+@pytest.mark.slow
+def test_gpu_script_parity_mode_summarises_after_its_time_limit(tmp_path):
+    """A parity run stopped by ``PARITY_LIMIT_S`` (a loan's end) still exits 0 with a summary
+    built from what finished (nothing, after 1 s) and says that it stopped."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    env = dict(os.environ, DRY_RUN="1", OUT=str(tmp_path), PY=sys.executable, PARITY_LIMIT_S="1")
+    out = subprocess.run(["bash", "benchmarks/gpu_atari.sh", "parity"], cwd=root, env=env,
+                         check=True, timeout=300, capture_output=True, text=True)
+    assert "stopped (exit 124)" in out.stderr
+    summary = json.loads((tmp_path / "gpu_atari_parity.json").read_text())
+    assert all(summary["games"][g]["hyperagent"]["evals"] == {} for g in ("Alien", "Freeway"))

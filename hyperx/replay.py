@@ -54,8 +54,8 @@ observation lives and hence which windows are complete:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -147,19 +147,53 @@ class NStepTarget(NamedTuple):
     n_steps: Array
 
 
+class ReplayInitFn(Protocol):
+    """``init(capacity, example) -> ReplayState``: an empty buffer (:func:`init`)."""
+
+    def __call__(self, capacity: int, example: PyTree) -> ReplayState: ...
+
+
+class ReplayAddFn(Protocol):
+    """``add(state, transitions, valid=None) -> ReplayState``: one transition per stream
+    (:func:`add`)."""
+
+    def __call__(self, state: ReplayState, transitions: PyTree,
+                 valid: Array | None = None) -> ReplayState: ...
+
+
+class ReplaySampleFn(Protocol):
+    """``sample(state, key, batch_size) -> ReplaySample``, ``batch_size`` static
+    (:func:`sample`)."""
+
+    def __call__(self, state: ReplayState, key: Array, batch_size: int) -> ReplaySample: ...
+
+
+class ReplayCanSampleFn(Protocol):
+    """``can_sample(state, batch_size) -> bool array`` (:func:`can_sample`)."""
+
+    def __call__(self, state: ReplayState, batch_size: int) -> Array: ...
+
+
+class ReplayNumSampleableFn(Protocol):
+    """``num_sampleable(state) -> int32 array`` (:func:`num_sampleable`)."""
+
+    def __call__(self, state: ReplayState) -> Array: ...
+
+
 class ReplayBuffer(NamedTuple):
-    """The core's functions with a :class:`ReplaySpec` bound (:func:`make_replay_buffer`).
+    """The core's functions with a :class:`ReplaySpec` bound (:func:`make_replay_buffer`);
+    each field's Protocol gives its signature.
 
     init(capacity, example) -> ReplayState; add(state, transitions, valid=None) -> ReplayState;
     sample(state, key, batch_size) -> ReplaySample (``batch_size`` static);
     can_sample(state, batch_size) -> bool array; num_sampleable(state) -> int32 array.
     """
 
-    init: Callable[[int, PyTree], ReplayState]
-    add: Callable[..., ReplayState]
-    sample: Callable[[ReplayState, Array, int], ReplaySample]
-    can_sample: Callable[[ReplayState, int], Array]
-    num_sampleable: Callable[[ReplayState], Array]
+    init: ReplayInitFn
+    add: ReplayAddFn
+    sample: ReplaySampleFn
+    can_sample: ReplayCanSampleFn
+    num_sampleable: ReplayNumSampleableFn
     spec: ReplaySpec
 
 

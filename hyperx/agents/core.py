@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
 import jax
@@ -74,7 +74,13 @@ from hyperx.losses import (
     masked_mean,
     perturbed_value_loss,
 )
-from hyperx.replay import ReplayState, make_replay_buffer, replay_capacity
+from hyperx.replay import (
+    FRAME_FIELDS,
+    ReplayBuffer,
+    ReplayState,
+    make_replay_buffer,
+    replay_capacity,
+)
 
 Array = jax.Array
 PyTree = Any
@@ -138,31 +144,80 @@ class AgentState(NamedTuple):
 _LEARNED = ("params", "target_params", "opt_state", "grad_steps", "loss")
 
 
+class AgentInitFn(Protocol):
+    """``init(key) -> AgentState``: a fresh state (parameters, target, prior, Adam, an empty
+    replay, the first acting index)."""
+
+    def __call__(self, key: Array) -> AgentState: ...
+
+
+class AgentActFn(Protocol):
+    """``act(state, key, obs) -> action``: epsilon-greedy (or uniformly random during
+    ``random_start``) on the episode's index; one observation -> an int32 scalar, or (B, ...)
+    observations -> (B,) actions for a batched agent."""
+
+    def __call__(self, state: AgentState, key: Array, obs: Array) -> Array: ...
+
+
+class AgentObserveFn(Protocol):
+    """``observe(state, key, transition) -> AgentState``: store the transition with its
+    perturbation z, redraw the index at episode ends (and with probability ``redraw_prob``),
+    and run the due gradient steps. Vmapped over seeds, the update still runs only on the calls
+    where some seed is due (:func:`hyperx.lockstep.lockstep_cond`)."""
+
+    def __call__(self, state: AgentState, key: Array,
+                 transition: Transition | BatchTransition) -> AgentState: ...
+
+
+class AgentUpdateFn(Protocol):
+    """``update(state, key) -> AgentState``: one gradient step (and the target sync when
+    due)."""
+
+    def __call__(self, state: AgentState, key: Array) -> AgentState: ...
+
+
+class AgentEvalIndexFn(Protocol):
+    """``eval_index(key) -> index``: a fresh (J, M) index for one greedy evaluation game."""
+
+    def __call__(self, key: Array) -> Array: ...
+
+
+class AgentEvalActFn(Protocol):
+    """``eval_act(state, key, obs, xi) -> action``: greedy on ``xi``, no epsilon (shapes as
+    :class:`AgentActFn`; ``xi`` is (J, M), or (B, J, M) for a batched agent)."""
+
+    def __call__(self, state: AgentState, key: Array, obs: Array, xi: Array) -> Array: ...
+
+
+class AgentQValuesFn(Protocol):
+    """``q_values(params, prior, obs, xi) -> (B, A)``: the values of a batch of observations
+    under an acting index, (J, M) shared or (B, J, M) one per row (the OIS quantile over J)."""
+
+    def __call__(self, params: PyTree, prior: PyTree, obs: Array, xi: Array) -> Array: ...
+
+
 class Agent(NamedTuple):
-    """The agent as pure functions (optax style); :meth:`jit` compiles the step functions.
+    """The agent as pure functions (optax style; each field's Protocol gives its signature);
+    :meth:`jit` compiles the step functions.
 
     init(key) -> AgentState
-    act(state, key, obs) -> int32 action, on ONE observation, with the episode's index.
-    observe(state, key, transition) -> AgentState: store the transition with its perturbation
-      z, redraw the index at episode ends (and with probability ``redraw_prob``), and run
-      ``updates_per_step`` gradient steps when learning is due. Vmapped over seeds, the
-      update still runs only on the calls where some seed is due
-      (:func:`hyperx.lockstep.lockstep_cond`; the seeds' step counters move together).
+    act(state, key, obs) -> action, with the episode's index (one observation, or B).
+    observe(state, key, transition) -> AgentState: store, redraw the index, learn when due.
     update(state, key) -> AgentState: one gradient step (and target sync when due).
     eval_index(key) -> index: a fresh index for one greedy evaluation episode.
-    eval_act(state, key, obs, index) -> action: greedy, no epsilon.
-    q_values(params, prior, obs, index) -> (B, A) values of a batch under an acting index.
+    eval_act(state, key, obs, xi) -> action: greedy, no epsilon.
+    q_values(params, prior, obs, xi) -> (B, A) values of a batch under an acting index.
     """
 
     config: AgentConfig
     network: Network
-    init: Callable[[Array], AgentState]
-    act: Callable[[AgentState, Array, Array], Array]
-    observe: Callable[[AgentState, Array, Transition], AgentState]
-    update: Callable[[AgentState, Array], AgentState]
-    eval_index: Callable[[Array], Array]
-    eval_act: Callable[[AgentState, Array, Array, Array], Array]
-    q_values: Callable[[PyTree, PyTree, Array, Array], Array]
+    init: AgentInitFn
+    act: AgentActFn
+    observe: AgentObserveFn
+    update: AgentUpdateFn
+    eval_index: AgentEvalIndexFn
+    eval_act: AgentEvalActFn
+    q_values: AgentQValuesFn
 
     def jit(self, donate: bool = True) -> Agent:
         """The same agent with ``init``, ``act``, ``observe``, ``update`` and ``eval_act``
@@ -214,8 +269,27 @@ def greedy_action(key: Array, q: Array) -> Array:
 
 def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                num_states: int | None = None, step_budget: int | None = None,
-               num_envs: int | None = None, replay: Any = None) -> Agent:
+               num_envs: int | None = None, replay: ReplayBuffer | None = None) -> Agent:
     """Build the agent of ``config`` for observations shaped like ``obs_example``.
+
+    One set of functions serves one environment or ``B = num_envs`` at once: every per-env
+    quantity has a leading shape ``lead``, ``()`` for the one-environment agent and ``(B,)``
+    for the batched one, and each per-env draw uses the key itself when ``lead = ()`` and one
+    split key per env otherwise (so a one-environment run draws exactly what it always drew).
+
+    * one environment (``num_envs=None``): ``act(state, key, obs)`` on one observation returns
+      a scalar action; ``observe`` takes one :class:`Transition` (with ``next_obs``); the
+      replay is a one-stream ``"transitions"`` buffer; the acting index is (J, M).
+    * B environments (``num_envs=B`` with ``replay``, one stream per env, e.g.
+      :func:`hyperx.replay.make_replay_buffer` with ``num_streams=B``): ``act`` takes (B, ...)
+      observations and returns (B,) actions; ``observe`` takes a :class:`BatchTransition`
+      (the ``"frames"`` layout: the successor is the stream's next stored observation) or a
+      :class:`Transition` with (B, ...) leaves (the ``"transitions"`` layout); each env has its
+      own (J, M) index, epsilon and tie-break draws; every call advances ``env_steps`` by B.
+
+    The learning schedule is one rule for both: ``updates_per_step`` gradient steps per
+    ``update_every`` env steps (:func:`updates_per_iteration`), once ``learning_starts`` env
+    steps are taken and the buffer can fill a batch.
 
     Args:
       config: the configuration (see :func:`hyperx.agents.config.get_config`).
@@ -224,10 +298,9 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
       num_states: for integer state ids (DeepSea's compact ``row * N + column``), the number
         of states; the torso then embeds the id (O(1) in the number of states).
       step_budget: env steps of the run; the buffer holds ``min(buffer_size, step_budget)``.
-      num_envs: act in B = ``num_envs`` environments at once (see :func:`_batched`); then
-        ``replay`` is the buffer (one stream per environment, e.g.
-        :func:`hyperx.replay.make_replay_buffer` with ``layout="frames"``). ``None``: the
-        one-environment agent, on a one-stream ``"transitions"`` buffer.
+      num_envs: act in B = ``num_envs`` environments at once; then ``replay`` is the buffer.
+      replay: the batched agent's buffer (``num_streams = num_envs``); ``None`` with
+        ``num_envs=None``.
 
     Raises ``ValueError`` with the estimate (:func:`check_agent_memory`) when one seed's state
     cannot fit in device memory, before anything is allocated.
@@ -239,6 +312,11 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
     if num_states is not None:
         check_int("num_states", num_states)
         check_shape("obs_example", obs_example, (), "() for integer state ids")
+    if num_envs is not None:
+        check_int("num_envs", num_envs)
+        if replay.spec.num_streams != num_envs:
+            raise ValueError(f"replay: expected one stream per environment (num_streams = "
+                             f"num_envs = {num_envs}), got {replay.spec.num_streams}")
     capacity = config.buffer_size if step_budget is None else replay_capacity(
         config.buffer_size, step_budget)
     capacity = max(capacity, config.n_step)
@@ -250,9 +328,9 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                      f"device memory for the {index.support_size():,} support points of the "
                      f"{config.index} index (update_index='support')")
     perturbation = make_index("sphere", config.index_dim)
-    if num_envs is not None:
-        check_int("num_envs", num_envs)
     buffer = make_replay_buffer(config.n_step, config.gamma) if replay is None else replay
+    lead = () if num_envs is None else (num_envs,)
+    per_iteration, period = updates_per_iteration(config, num_envs or 1)
     optimiser = make_optimizer(config)
     epsilon = (optax.linear_schedule(config.epsilon_start, config.epsilon_end,
                                      config.epsilon_decay_steps)
@@ -260,11 +338,16 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
     num_acting = config.ois_num_indices if config.ois_quantile is not None else 1
     learn = _make_learner(config, network, index, buffer, optimiser)
 
+    def per_env(draw: Callable[[Array], Array], key: Array) -> Array:
+        """``draw(key)`` for one environment, ``draw`` on B split keys for B."""
+        return draw(key) if not lead else jax.vmap(draw)(jax.random.split(key, num_envs))
+
     def acting_index(key: Array) -> Array:
         return index.sample(key, (num_acting,))
 
     def q_values(params: PyTree, prior: PyTree, obs: Array, xi: Array) -> Array:
-        """(B, A) values under the acting index (J, M): the OIS quantile, or J = 1."""
+        """(B, A) values under the acting index (J, M) or one per row (B, J, M): the OIS
+        quantile, or J = 1."""
         q = network.apply({"params": params, "prior": prior}, obs, xi)
         if config.ois_quantile is None:
             return q[:, 0]
@@ -272,56 +355,66 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
 
     def init(key: Array) -> AgentState:
         k_net, k_example, k_index = jax.random.split(key, 3)
-        variables = network.init(k_net, obs_example[None], index.sample(k_example, (1,)))
+        variables = network.init(k_net, obs_example[None], acting_index(k_example))
         params = variables["params"]
-        example = dict(obs=obs_example, action=jnp.int32(0), reward=jnp.float32(0.0),
-                       next_obs=obs_example, terminal=jnp.bool_(False),
-                       truncated=jnp.bool_(False),
-                       z=jnp.zeros((config.index_dim,), jnp.float32))
         zero = jnp.zeros((), jnp.int32)
         return AgentState(params, jax.tree.map(jnp.copy, params), variables["prior"],
-                          optimiser.init(params),
-                          buffer.init(capacity, example), acting_index(k_index), zero, zero,
+                          optimiser.init(params), buffer.init(capacity, stored_example()),
+                          per_env(acting_index, k_index), zero, zero,
                           jnp.zeros((), jnp.float32))
 
+    def stored_example() -> dict:
+        """One stored transition of the buffer's layout, with its perturbation z."""
+        fields = Transition._fields if buffer.spec.layout == "transitions" else FRAME_FIELDS
+        dtypes = dict(action=jnp.int32, reward=jnp.float32)
+        example = {name: (obs_example if name in ("obs", "next_obs")
+                          else jnp.zeros((), dtypes.get(name, jnp.bool_))) for name in fields}
+        return dict(example, z=jnp.zeros((config.index_dim,), jnp.float32))
+
     def greedy(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
-        check_shape("obs", obs, obs_example.shape, "one observation")
-        q = q_values(state.params, state.prior, jnp.asarray(obs)[None], xi)[0]
-        return greedy_action(key, q)
+        check_shape("obs", obs, (*lead, *obs_example.shape),
+                    "(num_envs, *obs_shape)" if lead else "one observation")
+        obs = jnp.asarray(obs)
+        q = q_values(state.params, state.prior, obs if lead else obs[None], xi)
+        if not lead:
+            return greedy_action(key, q[0])
+        return jax.vmap(greedy_action)(jax.random.split(key, num_envs), q)
 
     def act(state: AgentState, key: Array, obs: Array) -> Array:
-        check_observation(obs, num_states)
+        if not lead:
+            check_observation(obs, num_states)
         k_greedy, k_explore, k_random = jax.random.split(key, 3)
         action = greedy(state, k_greedy, obs, state.index)
-        explore = ((jax.random.uniform(k_explore) < epsilon(state.env_steps))
+        explore = ((jax.random.uniform(k_explore, lead) < epsilon(state.env_steps))
                    | (state.env_steps < config.random_start))
-        random_action = jax.random.randint(k_random, (), 0, num_actions, jnp.int32)
+        random_action = jax.random.randint(k_random, lead, 0, num_actions, jnp.int32)
         return jnp.where(explore, random_action, action)
 
-    def observe(state: AgentState, key: Array, transition: Transition) -> AgentState:
-        check_transition(transition, num_actions, num_states)
+    def observe(state: AgentState, key: Array,
+                transition: Transition | BatchTransition) -> AgentState:
+        if not lead:
+            check_transition(transition, num_actions, num_states)
         k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
-        stored = dict(transition._asdict(), z=perturbation.sample(k_z))
-        replay = buffer.add(state.replay, jax.tree.map(lambda x: jnp.asarray(x)[None], stored))
+        fields = transition._asdict()
+        valid = fields.pop("valid", None)
+        stored = dict(fields, z=perturbation.sample(k_z, lead))
+        if not lead:
+            stored = jax.tree.map(lambda x: jnp.asarray(x)[None], stored)
+        replay = buffer.add(state.replay, stored, valid)
         ended = jnp.asarray(transition.terminal) | jnp.asarray(transition.truncated)
-        redraw = ended | (jax.random.uniform(k_redraw) < config.redraw_prob)
-        new_index = jnp.where(redraw, acting_index(k_index), state.index)
-        state = state._replace(replay=replay, index=new_index, env_steps=state.env_steps + 1)
-        due = ((state.env_steps >= config.learning_starts)
-               & (state.env_steps % config.update_every == 0)
+        if valid is not None:
+            ended = ended & valid
+        redraw = ended | (jax.random.uniform(k_redraw, lead) < config.redraw_prob)
+        new_index = jnp.where(redraw[..., None, None], per_env(acting_index, k_index),
+                              state.index)
+        iteration = state.env_steps // (num_envs or 1)
+        state = state._replace(replay=replay, index=new_index,
+                               env_steps=state.env_steps + (num_envs or 1))
+        due = ((state.env_steps >= config.learning_starts) & ((iteration + 1) % period == 0)
                & buffer.can_sample(replay, config.batch_size))
-        return _learn_if(due, state, k_learn, learn, config.updates_per_step)
+        return _learn_if(due, state, k_learn, learn, per_iteration)
 
-    def eval_act(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
-        return greedy(state, key, obs, xi)
-
-    if num_envs is not None:
-        agent = _batched(_Shared(config, network, num_actions, obs_example, capacity, optimiser,
-                                 epsilon, acting_index, perturbation, q_values, learn),
-                         num_envs, buffer)
-    else:
-        agent = Agent(config, network, init, act, observe, learn, acting_index, eval_act,
-                      q_values)
+    agent = Agent(config, network, init, act, observe, learn, acting_index, greedy, q_values)
     check_agent_memory(agent, capacity)
     return agent
 
@@ -396,86 +489,6 @@ def updates_per_iteration(config: AgentConfig, num_envs: int) -> tuple[int, int]
         return config.updates_per_step, every // steps
     raise ValueError(f"num_envs: expected a multiple or a divisor of update_every = {every} "
                      f"(so each iteration runs a fixed number of updates), got {steps}")
-
-
-class _Shared(NamedTuple):
-    """What :func:`make_agent` builds once for either agent: the network, its optimiser, the
-    exploration schedule, the acting index and perturbation draws, the values and the
-    learner."""
-
-    config: AgentConfig
-    network: Network
-    num_actions: int
-    obs_example: Array
-    capacity: int
-    optimiser: Any
-    epsilon: Any
-    acting_index: Callable
-    perturbation: IndexDistribution
-    q_values: Callable
-    learn: Callable
-
-
-def _batched(shared: _Shared, num_envs: int, buffer: Any) -> Agent:
-    """The agent acting in ``num_envs`` environments at once (Atari's vector of games).
-
-    Each environment has its own acting index, drawn at its own episode ends (a terminal or a
-    truncation as the learner sees them, so a lost life in Atari training) and redrawn with
-    probability ``redraw_prob`` per step, and its own epsilon and tie-break draws. The replay
-    holds one stream per environment. Every call advances all B environments, so
-    ``env_steps`` grows by B (an autoreset step counts, though it stores nothing); the
-    update ratio stays ``updates_per_step`` per ``update_every`` env steps.
-    """
-    (config, network, num_actions, obs_example, capacity, optimiser, epsilon, acting_index,
-     perturbation, q_values, learn) = shared
-    per_iteration, period = updates_per_iteration(config, num_envs)
-
-    def init(key: Array) -> AgentState:
-        k_net, k_example, k_index = jax.random.split(key, 3)
-        variables = network.init(k_net, obs_example[None], acting_index(k_example))
-        params = variables["params"]
-        example = dict(obs=obs_example, action=jnp.int32(0), reward=jnp.float32(0.0),
-                       terminal=jnp.bool_(False), truncated=jnp.bool_(False),
-                       first=jnp.bool_(False), z=jnp.zeros((config.index_dim,), jnp.float32))
-        zero = jnp.zeros((), jnp.int32)
-        return AgentState(params, jax.tree.map(jnp.copy, params), variables["prior"],
-                          optimiser.init(params), buffer.init(capacity, example),
-                          jax.vmap(acting_index)(jax.random.split(k_index, num_envs)),
-                          zero, zero, jnp.zeros((), jnp.float32))
-
-    def greedy(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
-        check_shape("obs", obs, (num_envs, *obs_example.shape), "(num_envs, *obs_shape)")
-        q = q_values(state.params, state.prior, jnp.asarray(obs), xi)
-        return jax.vmap(greedy_action)(jax.random.split(key, num_envs), q)
-
-    def act(state: AgentState, key: Array, obs: Array) -> Array:
-        k_greedy, k_explore, k_random = jax.random.split(key, 3)
-        action = greedy(state, k_greedy, obs, state.index)
-        explore = ((jax.random.uniform(k_explore, (num_envs,)) < epsilon(state.env_steps))
-                   | (state.env_steps < config.random_start))
-        random_action = jax.random.randint(k_random, (num_envs,), 0, num_actions, jnp.int32)
-        return jnp.where(explore, random_action, action)
-
-    def observe(state: AgentState, key: Array, transition: BatchTransition) -> AgentState:
-        k_z, k_redraw, k_index, k_learn = jax.random.split(key, 4)
-        stored = dict(obs=transition.obs, action=transition.action, reward=transition.reward,
-                      terminal=transition.terminal, truncated=transition.truncated,
-                      first=transition.first,
-                      z=perturbation.sample(k_z, (num_envs,)))
-        replay = buffer.add(state.replay, stored, transition.valid)
-        ended = (jnp.asarray(transition.terminal) | jnp.asarray(transition.truncated)) \
-            & transition.valid
-        redraw = ended | (jax.random.uniform(k_redraw, (num_envs,)) < config.redraw_prob)
-        fresh = jax.vmap(acting_index)(jax.random.split(k_index, num_envs))
-        new_index = jnp.where(redraw[:, None, None], fresh, state.index)
-        iteration = state.env_steps // num_envs
-        state = state._replace(replay=replay, index=new_index,
-                               env_steps=state.env_steps + num_envs)
-        due = ((state.env_steps >= config.learning_starts) & ((iteration + 1) % period == 0)
-               & buffer.can_sample(replay, config.batch_size))
-        return _learn_if(due, state, k_learn, learn, per_iteration)
-
-    return Agent(config, network, init, act, observe, learn, acting_index, greedy, q_values)
 
 
 def _make_learner(config: AgentConfig, network: Network, index: IndexDistribution,

@@ -18,7 +18,7 @@ schedules: unlike ``lax.cond``, it stays a branch when the learner is vmapped ov
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -64,13 +64,42 @@ class BanditSpec(NamedTuple):
         return cls(env.num_arms, env.context_dim, horizon, env.fixed_arms)
 
 
-class Learner(NamedTuple):
-    """A bandit learner as pure functions (see the module docstring for the signatures)."""
+class LearnerInitFn(Protocol):
+    """``init(key, spec) -> state``: the learner's state before the first round."""
 
-    init: Callable[[Array, BanditSpec], LearnerState]
-    act: Callable[[LearnerState, Array, Array], Array]
-    update: Callable[[LearnerState, Array, Array, Array, Array], LearnerState]
-    update_batch: Callable[[LearnerState, Array, Array, Array, Array], LearnerState] | None = None
+    def __call__(self, key: Array, spec: BanditSpec) -> LearnerState: ...
+
+
+class LearnerActFn(Protocol):
+    """``act(state, key, contexts) -> arm``: the int32 arm chosen among the (K, d) arms."""
+
+    def __call__(self, state: LearnerState, key: Array, contexts: Array) -> Array: ...
+
+
+class LearnerUpdateFn(Protocol):
+    """``update(state, key, context, arm, reward) -> state``: learn from one round (the
+    chosen arm's (d,) features, its index and its reward)."""
+
+    def __call__(self, state: LearnerState, key: Array, context: Array, arm: Array,
+                 reward: Array) -> LearnerState: ...
+
+
+class LearnerUpdateBatchFn(Protocol):
+    """``update_batch(state, key, contexts, arms, rewards) -> state``: learn from B rounds at
+    once ((B, d), (B,), (B,)), for learners with a cheaper block update."""
+
+    def __call__(self, state: LearnerState, key: Array, contexts: Array, arms: Array,
+                 rewards: Array) -> LearnerState: ...
+
+
+class Learner(NamedTuple):
+    """A bandit learner as pure functions (see the module docstring; each field's Protocol
+    gives its signature)."""
+
+    init: LearnerInitFn
+    act: LearnerActFn
+    update: LearnerUpdateFn
+    update_batch: LearnerUpdateBatchFn | None = None
 
 
 def argmax_random_tiebreak(key: Array, values: Array) -> Array:

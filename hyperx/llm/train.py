@@ -38,7 +38,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -239,15 +239,53 @@ class Scores(NamedTuple):
     trainer_experts: dict[str, jax.Array] | None = None
 
 
-class Trainer(NamedTuple):
-    """The three jitted parts of an RL step and the optimiser (see the module docstring);
-    ``objective(params, batch, scores)`` is the loss ``update`` minimises, with its metrics."""
+class TrainerInitFn(Protocol):
+    """``init(params) -> TrainState``: the trainer's state (parameters and optimiser) from
+    the initial parameters."""
 
-    init: Callable[[Any], TrainState]
-    rollout: Callable[[Any, jax.Array], Batch]
-    score: Callable[[Any, Batch], Scores]
-    update: Callable[[TrainState, Batch, Scores], tuple[TrainState, dict[str, jax.Array]]]
-    objective: Callable[[Any, Batch, Scores], tuple[jax.Array, dict[str, jax.Array]]]
+    def __call__(self, params: Any) -> TrainState: ...
+
+
+class TrainerRolloutFn(Protocol):
+    """``rollout(params, key) -> Batch``: sample ``N`` responses to each of ``G`` prompts
+    with the inference copy of ``params``."""
+
+    def __call__(self, params: Any, key: jax.Array) -> Batch: ...
+
+
+class TrainerScoreFn(Protocol):
+    """``score(params, batch) -> Scores``: rewards and the trainer's teacher-forced
+    log-probabilities of the batch."""
+
+    def __call__(self, params: Any, batch: Batch) -> Scores: ...
+
+
+class TrainerUpdateFn(Protocol):
+    """``update(state, batch, scores) -> (state, metrics)``: one optimiser pass over the
+    batch (``ppo_epochs`` steps)."""
+
+    def __call__(self, state: TrainState, batch: Batch,
+                 scores: Scores) -> tuple[TrainState, dict[str, jax.Array]]: ...
+
+
+class TrainerObjectiveFn(Protocol):
+    """``objective(params, batch, scores) -> (loss, metrics)``: the loss ``update``
+    minimises."""
+
+    def __call__(self, params: Any, batch: Batch,
+                 scores: Scores) -> tuple[jax.Array, dict[str, jax.Array]]: ...
+
+
+class Trainer(NamedTuple):
+    """The three jitted parts of an RL step and the optimiser (see the module docstring; each
+    field's Protocol gives its signature); ``objective(params, batch, scores)`` is the loss
+    ``update`` minimises, with its metrics."""
+
+    init: TrainerInitFn
+    rollout: TrainerRolloutFn
+    score: TrainerScoreFn
+    update: TrainerUpdateFn
+    objective: TrainerObjectiveFn
     optimizer: optax.GradientTransformationExtraArgs
     config: RLConfig
     task: Task

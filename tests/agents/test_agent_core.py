@@ -231,3 +231,49 @@ def test_the_old_spelling_of_make_optimizer_warns_and_gives_the_same_optimiser()
     grads = {"w": jnp.arange(3.0)}
     np.testing.assert_array_equal(old.update(grads, old.init(params), params)[0]["w"],
                                   new.update(grads, new.init(params), params)[0]["w"])
+
+
+def test_one_make_agent_path_for_one_or_many_environments():
+    """The batched face of the same functions on the whole-transition layout: B = 3 DeepSea-
+    style streams, each env its own index; one call stores one transition per env, advances
+    env_steps by B and keeps one update per ``update_every`` env steps (here 1 per 3)."""
+    config = get_config("hyperagent", learning_starts=6, batch_size=4, update_every=3)
+    replay = core.make_replay_buffer(config.n_step, config.gamma, num_streams=3)
+    agent = make_agent(config, 2, jnp.int32(0), num_states=NUM_STATES, step_budget=90,
+                       num_envs=3, replay=replay).jit()
+    state = agent.init(jax.random.PRNGKey(0))
+    assert state.index.shape == (3, 1, config.index_dim)
+    assert not np.allclose(state.index[0], state.index[1])
+    for i in range(6):
+        obs = jnp.arange(3, dtype=jnp.int32) + i
+        actions = agent.act(state, jax.random.PRNGKey(10 + i), obs)
+        assert actions.shape == (3,) and actions.dtype == jnp.int32
+        batch = Transition(obs, actions, jnp.full(3, 0.5), (obs + 1) % NUM_STATES,
+                           jnp.array([False, i == 2, False]), jnp.zeros(3, bool))
+        state = agent.observe(state, jax.random.PRNGKey(i), batch)
+    assert int(state.env_steps) == 18 and int(state.replay.num_added) == 18
+    assert int(state.grad_steps) == 5  # one update per call once env_steps >= 6: calls 2..6
+    np.testing.assert_array_equal(state.replay.data["obs"][:, :6], np.arange(6)[None] +
+                                  np.arange(3)[:, None])
+
+
+def test_a_batched_agent_needs_one_replay_stream_per_environment():
+    config = get_config("hyperagent")
+    with pytest.raises(ValueError, match="num_streams"):
+        make_agent(config, 2, jnp.int32(0), num_states=NUM_STATES, num_envs=3,
+                   replay=core.make_replay_buffer(config.n_step, config.gamma, num_streams=2))
+    with pytest.raises(ValueError, match="num_envs, replay"):
+        make_agent(config, 2, jnp.int32(0), num_states=NUM_STATES, num_envs=3)
+
+
+def test_initial_parameters_do_not_depend_on_the_number_of_acting_indices():
+    """``init`` builds the network on the acting index, (J, M) with OIS; the parameters are
+    those of a (1, M) index (what the one-environment agent always used), so OIS runs keep
+    their initial weights."""
+    agent = _agent("hyperfqi_ois")
+    key = jax.random.PRNGKey(3)
+    k_net, k_example, _ = jax.random.split(key, 3)
+    one = agent.network.init(k_net, jnp.zeros((1,), jnp.int32),
+                             jnp.zeros((1, agent.config.index_dim)))["params"]
+    for a, b in zip(jax.tree.leaves(agent.init(key).params), jax.tree.leaves(one), strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -106,7 +106,7 @@ def _atari_phrases() -> list[str]:
     summary = _load("atari_throughput.json")["summary"]
     ha, dqn = summary["hyperagent"], summary["dqn"]
     rows = [r for r in _load("atari_throughput.json")["rows"]
-            if r["agent"] == "dqn" and r["driver"] == "compiled" and r["envs_per_seed"] == 1]
+            if r["agent"] == "dqn" and r.get("grid")]
     learning = _load("atari_learning.json")
     last = learning["agents"]["dqn"]["training_last_fifth"]
     last_ha = learning["agents"]["hyperagent"]["training_last_fifth"]

@@ -54,6 +54,7 @@ from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_ata
 from hyperx.loop import (
     Chunk,
     ScanProgram,
+    compiler_options,
     run_chunks,
     run_scan,
     scan_program,
@@ -191,7 +192,8 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
                          zeros.astype(jnp.int32))
 
     return AtariProgram(agent, num_seeds, envs_per_seed, act, observe, jax.jit(init),
-                        jax.jit(act), jax.jit(observe, donate_argnums=0),
+                        jax.jit(act), jax.jit(observe, donate_argnums=0,
+                                              compiler_options=compiler_options()),
                         _eval_act(agent, float(config.eval_epsilon)))
 
 

@@ -226,12 +226,15 @@ _CONFIGS: dict[tuple[str, str], AgentConfig] = {
         index_dim=10, num_indices=10, update_index="support", target_index="same",
         prior_scale=0.1, posterior_scale=1.0, prior_torso="independent", learning_rate=1e-4,
         adam_eps=1.5e-4, batch_size=32, max_grad_norm=10.0, n_step=3,
-        target_update_period=2000, buffer_size=100_000, learning_starts=2000),
+        target_update_period=2000, update_every=4, buffer_size=100_000, learning_starts=2000),
+    # Ensemble+ (Osband et al. 2018) and the epinet DQN (Osband et al. 2023, DQN-Zoo settings)
+    # keep Nature DQN's one update per 4 env steps; HyperAgent and HyperFQI update every step.
     ("epinet_dqn", "atari"): AgentConfig(
         name="epinet_dqn", head="epinet", torso="nature_cnn", torso_widths=(256,),
         index="gaussian", index_dim=8, prior_scale=0.3, target_index="same",
         learning_rate=1e-4, adam_eps=1.5e-4, batch_size=32, max_grad_norm=10.0, n_step=3,
-        target_update_period=2000, buffer_size=100_000, learning_starts=2000),
+        target_update_period=2000, update_every=4, buffer_size=100_000,
+        learning_starts=2000),
 }
 _CONFIGS[("hyperfqi_oh", "deepsea")] = dataclasses.replace(
     _CONFIGS[("hyperfqi", "deepsea")], name="hyperfqi_oh", index="one_hot", num_indices=4,

@@ -67,6 +67,7 @@ from hyperx.heads import (
 )
 from hyperx.index import IndexDistribution, make_index
 from hyperx.lockstep import lockstep_cond
+from hyperx.loop import compiler_options
 from hyperx.losses import (
     double_q_targets,
     grad_sq_norm,
@@ -223,15 +224,19 @@ class Agent(NamedTuple):
         """The same agent with ``init``, ``act``, ``observe``, ``update`` and ``eval_act``
         jitted (each compiled once per input shape and cached by ``jax.jit``).
 
-        With ``donate`` (the default) ``observe`` and ``update`` donate their state argument,
-        so XLA updates the replay buffer and parameters in place instead of copying them every
-        call; the state passed in is then invalid (``state = agent.observe(state, ...)``), as
-        its arrays are deleted.
+        ``observe`` and ``update`` compile with :func:`hyperx.loop.compiler_options` (no copy of
+        the parameters on a call that does not learn). With ``donate`` (the default) they
+        donate their state argument, so XLA updates the replay buffer and parameters in place
+        instead of copying them every call; the state passed in is then invalid
+        (``state = agent.observe(state, ...)``), as its arrays are deleted.
         """
         donated = (0,) if donate else ()
+        options = compiler_options()
         return self._replace(init=jax.jit(self.init), act=jax.jit(self.act),
-                             observe=jax.jit(self.observe, donate_argnums=donated),
-                             update=jax.jit(self.update, donate_argnums=donated),
+                             observe=jax.jit(self.observe, donate_argnums=donated,
+                                             compiler_options=options),
+                             update=jax.jit(self.update, donate_argnums=donated,
+                                            compiler_options=options),
                              eval_act=jax.jit(self.eval_act))
 
 

@@ -313,3 +313,48 @@ def test_gpu_script_parity_mode_summarises_after_its_time_limit(tmp_path):
     assert "stopped (exit 124)" in out.stderr
     summary = json.loads((tmp_path / "gpu_atari_parity.json").read_text())
     assert all(summary["games"][g]["hyperagent"]["evals"] == {} for g in ("Alien", "Freeway"))
+
+
+def _carried_copies(hlo: str, shape: str) -> int:
+    """Copies of a carried buffer of ``shape`` (a ``copy`` of a ``get-tuple-element``, not a
+    layout change inside a fused gradient) in optimised HLO text."""
+    import re
+
+    return len(re.findall(rf"= {re.escape(shape)}\{{[^}}]*\}} copy\(%get-tuple-element", hlo))
+
+
+@pytest.mark.parametrize("region_analysis", [True, False])
+def test_a_step_that_does_not_learn_copies_no_parameters(region_analysis, monkeypatch):
+    """The compiled Atari chunk of a DQN (Nature CNN, 512 units, update every 4 steps) holds no
+    copy of the 3136 x 512 weights nor of the replay outside the learning computation: with
+    :func:`hyperx.loop.compiler_options` the no-learn branch aliases its operands. Without the
+    option (the second case) XLA:CPU copies them (this is what the test would catch)."""
+    import jax.numpy as jnp
+
+    import hyperx.loop as loop
+    from hyperx.agents.atari import compiled_step, make_program
+    from hyperx.envs.atari import OBS_SHAPE, AtariStep
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("the copies are XLA:CPU's")
+    if not region_analysis:
+        monkeypatch.setattr(loop, "compiler_options", lambda: {})
+    config = get_config("dqn", env="atari", buffer_size=512, learning_starts=64)
+    program = make_program(config, 4, 1, 1, 512, "repeat")
+
+    def fake_env(c, actions):
+        obs = jnp.zeros((1, *OBS_SHAPE), jnp.uint8) + c.astype(jnp.uint8)
+        no = jnp.zeros((1,), bool)
+        return c + 1, AtariStep(obs, jnp.zeros(1), jnp.zeros(1), no, no, no, no,
+                                jnp.zeros(1, jnp.int32))
+
+    scan = loop.scan_program(compiled_step(program, fake_env), 8)
+    carry = (jnp.int32(0), program.init(jax.random.PRNGKey(0)[None],
+                                        jnp.zeros((1, *OBS_SHAPE), jnp.uint8)))
+    hlo = scan.run_chunk.lower(carry, jnp.int32(0)).compile().as_text()
+    weights = _carried_copies(hlo, "f32[1,3136,512]")
+    replay = _carried_copies(hlo, "u8[1,1,512,84,84]")
+    if region_analysis:
+        assert weights == 0 and replay == 0
+    else:
+        assert weights >= 3

@@ -45,8 +45,12 @@ from hyperx.replay import make_replay_buffer, replay_bytes
 OUT = os.path.join(os.path.dirname(__file__), "results", "atari_throughput.json")
 
 
+WIDTH = 256
+"""Units of the Nature CNN's hidden layer for both agents."""
+
+
 def config(agent: str, learning_starts: int) -> object:
-    return get_config(agent, env="atari", update_every=4, batch_size=32, torso_widths=(256,),
+    return get_config(agent, env="atari", update_every=4, batch_size=32, torso_widths=(WIDTH,),
                       buffer_size=20_000, learning_starts=learning_starts)
 
 

@@ -5,9 +5,11 @@ a step that does not learn stops copying the parameters and Adam moments. This b
 the compiled Breakout loop of :mod:`benchmarks.atari_throughput` (one game per agent, batch 32,
 one update per 4 env steps, the 256-unit Nature CNN) with and without the option, alternating
 in ``--rounds`` rounds so both share the machine's noise, and reports each round's env steps/s
-and load average and the median ratio with/without.
+and load average and the median ratio with/without; then the same loop that never learns
+(``learning_starts`` beyond the run: every step is a no-learn step) for dqn with the 256- and
+512-unit layer, as milliseconds per step.
 
-    python benchmarks/copy_insertion.py            # dqn and hyperagent, 3 rounds, ~6 minutes
+    python benchmarks/copy_insertion.py            # dqn and hyperagent, 3 rounds, ~9 minutes
 
 Writes benchmarks/results/copy_insertion.json.
 """
@@ -57,13 +59,32 @@ def main() -> None:
                           "median_without": float(np.median([b for _, b in pairs])),
                           "median_pair_ratio": float(np.median([a / b for a, b in pairs]))}
         print(agent, summary[agent], flush=True)
+    idle = []
+    for round_ in range(2):
+        for option in (True, False):
+            loop.compiler_options = with_option if option else dict
+            for width in (256, 512):
+                atari_throughput.WIDTH = width
+                row = atari_throughput.compiled("dqn", args.game, 2 * args.steps, 1, 1,
+                                                learning_starts=10**9)
+                idle.append({"agent": "dqn", "torso_width": width, "round": round_,
+                             "region_analysis": option,
+                             "ms_per_step": 1e3 / row["env_steps_per_s"],
+                             "load_average": os.getloadavg()[0]})
+                print(idle[-1], flush=True)
+    atari_throughput.WIDTH = 256
+    for width in (256, 512):
+        for option in (True, False):
+            summary[f"no_learning_dqn_{width}_ms_per_step_{'with' if option else 'without'}"] = [
+                r["ms_per_step"] for r in idle
+                if r["torso_width"] == width and r["region_analysis"] == option]
     loop.compiler_options = with_option
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump({"command": "python benchmarks/copy_insertion.py " + " ".join(
             f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
             for k, v in vars(args).items() if k != "out"), "summary": summary,
-            "rows": rows}, f, indent=1)
+            "rows": rows, "no_learning_rows": idle}, f, indent=1)
     print(f"wrote {args.out}")
 
 

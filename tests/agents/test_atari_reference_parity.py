@@ -199,6 +199,7 @@ def test_evaluation_epsilon_is_greedy_at_zero_and_uniform_at_one():
                                               jax.random.PRNGKey(4)[None]))
     q = agent.q_values(state.params, state.prior, obs[0, :1], index[0, 0])
     assert set(greedy.ravel().tolist()) == {int(jnp.argmax(q[0]))}
-    draws = np.concatenate([np.asarray(_eval_act(agent, 1.0)(
+    uniform = _eval_act(agent, 1.0)  # one compiled policy, 20 draws
+    draws = np.concatenate([np.asarray(uniform(
         params, prior, obs, index, jax.random.PRNGKey(k)[None])).ravel() for k in range(20)])
     assert stats.chisquare(np.bincount(draws, minlength=6)).pvalue > 1e-3

@@ -9,7 +9,7 @@
 #       vmapped in one program per game, PARITY_STEPS agent steps (default 40k), evaluated at
 #       0 and every 20k on 10 games, stopped after PARITY_LIMIT_S seconds (default 540) and
 #       summarised from the chunks it finished (no checkpoints: a loan cannot resume). On an
-#       H200 each game ran 20k steps of its 8 seeds in 150-165 s after a 230-256 s first chunk
+#       H200 each game ran 20k steps of its 8 seeds in 150-165 s after a 228-256 s first chunk
 #       (compiling, the step-0 evaluation, the baselines), so PARITY_STEPS=100000 needs about
 #       14 minutes (benchmarks/results/gpu_atari_parity.json); writes
 #       benchmarks/results/gpu_atari_parity.json|png and gpu_atari_parity/.

@@ -32,6 +32,7 @@ def _run(*args: str) -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_resume_in_a_fresh_process_is_bitwise_identical(tmp_path):
     """24 steps (6 episodes of N = 4) in chunks of 5: the first process stops after 2 chunks,
     at step 10, in the middle of episode 3 and after learning has started (step 8); a fresh

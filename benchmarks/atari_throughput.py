@@ -45,20 +45,17 @@ from hyperx.replay import make_replay_buffer, replay_bytes
 OUT = os.path.join(os.path.dirname(__file__), "results", "atari_throughput.json")
 
 
-WIDTH = 256
-"""Units of the Nature CNN's hidden layer for both agents."""
-
-
-def config(agent: str, learning_starts: int) -> object:
-    return get_config(agent, env="atari", update_every=4, batch_size=32, torso_widths=(WIDTH,),
+def config(agent: str, learning_starts: int, width: int = 256) -> object:
+    """The benchmark's config of ``agent``: a ``width``-unit Nature CNN for both agents."""
+    return get_config(agent, env="atari", update_every=4, batch_size=32, torso_widths=(width,),
                       buffer_size=20_000, learning_starts=learning_starts)
 
 
 def compiled(agent: str, game: str, steps: int, seeds: int, envs: int,
-             learning_starts: int = 64) -> dict:
+             learning_starts: int = 64, width: int = 256) -> dict:
     """Our compiled loop: ``seeds`` agents x ``envs`` games in one program (``learning_starts``
     beyond ``steps``: a loop that never learns)."""
-    result = train_atari(config(agent, learning_starts), game, steps=steps, seeds=seeds,
+    result = train_atari(config(agent, learning_starts, width), game, steps=steps, seeds=seeds,
                          envs_per_seed=envs, eval_episodes=0)
     return {"driver": "compiled", "agent": agent, "seeds": seeds, "envs_per_seed": envs,
             "learns": learning_starts < steps, "env_steps": result.steps_done * seeds,

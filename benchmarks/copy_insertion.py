@@ -64,15 +64,13 @@ def main() -> None:
         for option in (True, False):
             loop.compiler_options = with_option if option else dict
             for width in (256, 512):
-                atari_throughput.WIDTH = width
                 row = atari_throughput.compiled("dqn", args.game, 2 * args.steps, 1, 1,
-                                                learning_starts=10**9)
+                                                learning_starts=10**9, width=width)
                 idle.append({"agent": "dqn", "torso_width": width, "round": round_,
                              "region_analysis": option,
                              "ms_per_step": 1e3 / row["env_steps_per_s"],
                              "load_average": os.getloadavg()[0]})
                 print(idle[-1], flush=True)
-    atari_throughput.WIDTH = 256
     for width in (256, 512):
         for option in (True, False):
             summary[f"no_learning_dqn_{width}_ms_per_step_{'with' if option else 'without'}"] = [

@@ -335,7 +335,8 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
     perturbation = make_index("sphere", config.index_dim)
     buffer = make_replay_buffer(config.n_step, config.gamma) if replay is None else replay
     lead = () if num_envs is None else (num_envs,)
-    per_iteration, period = updates_per_iteration(config, num_envs or 1)
+    envs = num_envs or 1
+    per_iteration, period = updates_per_iteration(config, envs)
     optimiser = make_optimizer(config)
     epsilon = (optax.linear_schedule(config.epsilon_start, config.epsilon_end,
                                      config.epsilon_decay_steps)
@@ -412,9 +413,8 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         redraw = ended | (jax.random.uniform(k_redraw, lead) < config.redraw_prob)
         new_index = jnp.where(redraw[..., None, None], per_env(acting_index, k_index),
                               state.index)
-        iteration = state.env_steps // (num_envs or 1)
-        state = state._replace(replay=replay, index=new_index,
-                               env_steps=state.env_steps + (num_envs or 1))
+        iteration = state.env_steps // envs
+        state = state._replace(replay=replay, index=new_index, env_steps=state.env_steps + envs)
         due = ((state.env_steps >= config.learning_starts) & ((iteration + 1) % period == 0)
                & buffer.can_sample(replay, config.batch_size))
         return _learn_if(due, state, k_learn, learn, per_iteration)

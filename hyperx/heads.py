@@ -204,30 +204,59 @@ class PatchConv(nn.Module):
 
     ``y[b, i, j] = sum_{u, v, c} x[b, s i + u, s j + v, c] K[u, v, c] + bias``, exactly
     ``flax.linen.Conv(features, (k, k), (s, s), "VALID")`` (same parameters, names and
-    initialisers), written as ``k * k`` strided slices concatenated into patches and one dot.
-    Why: XLA:CPU runs the gradient of ``lax.conv_general_dilated`` inside ``lax.scan`` or
-    ``lax.cond`` much slower than at the top level (a Nature-CNN gradient at batch 32: 0.41 s
-    in a scan vs 0.031 s, 13x; this form: 0.021 s vs 0.026 s; ``python
-    benchmarks/conv_in_scan.py``), and a compiled training loop puts every update in a scan.
+    initialisers), written as patches and one dot. Why: XLA:CPU runs the gradient of
+    ``lax.conv_general_dilated`` inside ``lax.scan`` or ``lax.cond`` much slower than at the
+    top level (a Nature-CNN gradient at batch 32: 0.41 s in a scan vs 0.031 s, 13x; this form:
+    0.021 s vs 0.026 s; ``python benchmarks/conv_in_scan.py``), and a compiled training loop
+    puts every update in a scan.
+
+    Patches: when the stride divides the kernel (``k = m s``, every Nature-CNN layer) the
+    input is cut into s x s blocks (one reshape and transpose, "space to depth"), and the
+    patches are the ``m * m`` shifted windows of the block grid,
+    ``x[s(i+a)+p, s(j+b)+q, c]`` for ``u = s a + p``, ``v = s b + q``, with the kernel's rows
+    permuted to match; otherwise ``k * k`` strided slices. The block form makes 4 large
+    copies for an 8x8/4 layer where the slices make 64 narrow ones (the Nature-CNN update in
+    the Atari loop: ``python benchmarks/atari_update.py``).
+
+    ``input_scale``: an integer input (uint8 frames) is sliced as it is, and the patches are
+    cast to float32 and multiplied by ``input_scale`` (the same numbers as scaling first:
+    slicing commutes with the elementwise cast, and moves a quarter of the bytes).
     """
 
     features: int
     kernel: int
     stride: int
     kernel_init: Callable = nn.initializers.lecun_normal()
+    input_scale: float = 1.0
 
     @nn.compact
     def __call__(self, x: Array) -> Array:
+        check_rank("x", x, 4)
         k, s = self.kernel, self.stride
-        channels = x.shape[-1]
+        batch, height, width, channels = x.shape
         kernel = self.param("kernel", self.kernel_init,
                             (k, k, channels, self.features), jnp.float32)
         bias = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
-        out_h, out_w = (x.shape[1] - k) // s + 1, (x.shape[2] - k) // s + 1
-        patches = jnp.concatenate(
-            [x[:, u:u + s * (out_h - 1) + 1:s, v:v + s * (out_w - 1) + 1:s, :]
-             for u in range(k) for v in range(k)], axis=-1)
-        return patches @ kernel.reshape(k * k * channels, self.features) + bias
+        out_h, out_w = (height - k) // s + 1, (width - k) // s + 1
+        if k % s:
+            patches = jnp.concatenate(
+                [x[:, u:u + s * (out_h - 1) + 1:s, v:v + s * (out_w - 1) + 1:s, :]
+                 for u in range(k) for v in range(k)], axis=-1)
+            weights = kernel.reshape(k * k * channels, self.features)
+        else:
+            m = k // s
+            rows, cols = out_h + m - 1, out_w + m - 1
+            blocks = x[:, :rows * s, :cols * s, :].reshape(
+                batch, rows, s, cols, s, channels).transpose(0, 1, 3, 2, 4, 5).reshape(
+                batch, rows, cols, s * s * channels)
+            patches = jnp.concatenate([blocks[:, a:a + out_h, b:b + out_w, :]
+                                       for a in range(m) for b in range(m)], axis=-1)
+            weights = kernel.reshape(m, s, m, s, channels, self.features).transpose(
+                0, 2, 1, 3, 4, 5).reshape(k * k * channels, self.features)
+        patches = patches.astype(jnp.float32)
+        if self.input_scale != 1.0:
+            patches = patches * self.input_scale
+        return patches @ weights + bias
 
 
 class NatureCNN(nn.Module):
@@ -258,11 +287,10 @@ class NatureCNN(nn.Module):
         check_rank("x", x, 4)
         check_choice("feature_norm", self.feature_norm, FEATURE_NORMS)
         init = _dense_init(self.init_scheme)
-        h = x.astype(jnp.float32) * self.input_scale
-        if self.channels_first:
-            h = jnp.transpose(h, (0, 2, 3, 1))
+        h = jnp.transpose(x, (0, 2, 3, 1)) if self.channels_first else x
         for i, (features, kernel, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
             h = nn.relu(PatchConv(features, kernel, stride, kernel_init=init,
+                                  input_scale=1.0 if i else self.input_scale,
                                   name=f"Conv_{i}")(h))
         h = _flatten(h)
         if self.feature_norm == "minmax":

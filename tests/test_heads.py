@@ -197,6 +197,35 @@ def test_patch_conv_equals_flax_conv_with_the_same_parameters():
         assert jax.tree.map(jnp.shape, params) == chex_shapes
 
 
+@pytest.mark.parametrize("kernel, stride, size", [(8, 4, (23, 21)), (4, 2, (13, 16)),
+                                                  (5, 2, (15, 12)), (3, 3, (10, 11))])
+def test_patch_conv_block_and_slice_forms_match_flax_conv_values_and_gradients(
+        kernel, stride, size):
+    """Both patch forms (blocks when the stride divides the kernel, slices otherwise), on
+    sizes the stride does not divide, forward and gradient against flax.linen.Conv."""
+    x = jax.random.normal(jax.random.key(1), (2, *size, 3))
+    ours = PatchConv(4, kernel, stride)
+    params = ours.init(jax.random.key(2), x)
+    flax_conv = nn.Conv(4, (kernel, kernel), (stride, stride), "VALID")
+    out, ref = ours.apply(params, x), flax_conv.apply(params, x)
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    loss = lambda m: lambda p, x: jnp.sum(jnp.sin(m.apply(p, x)))  # noqa: E731
+    for g, g_ref in zip(jax.tree.leaves(jax.grad(loss(ours), argnums=(0, 1))(params, x)),
+                        jax.tree.leaves(jax.grad(loss(flax_conv), argnums=(0, 1))(params, x)),
+                        strict=True):
+        np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_patch_conv_scales_integer_input_after_extracting_patches():
+    frames = jax.random.randint(jax.random.key(3), (2, 20, 20, 4), 0, 256).astype(jnp.uint8)
+    params = PatchConv(3, 8, 4).init(jax.random.key(0), frames.astype(jnp.float32))
+    scaled = PatchConv(3, 8, 4, input_scale=1 / 255).apply(params, frames)
+    ref = PatchConv(3, 8, 4).apply(params, frames.astype(jnp.float32) / 255)
+    assert scaled.dtype == jnp.float32
+    np.testing.assert_allclose(scaled, ref, rtol=1e-6, atol=1e-6)
+
+
 def test_nature_cnn_channels_first_equals_channels_last():
     frames = jax.random.randint(jax.random.key(3), (2, 84, 84, 4), 0, 255).astype(jnp.uint8)
     params = NatureCNN(hidden=512).init(jax.random.key(0), frames)

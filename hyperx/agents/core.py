@@ -553,8 +553,9 @@ def _make_learner(config: AgentConfig, network: Network, index: IndexDistributio
         updates, opt_state = optimiser.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         grad_steps = state.grad_steps + 1
-        target = optax.periodic_update(params, state.target_params, grad_steps,
-                                       config.target_update_period)
+        target = lockstep_cond(grad_steps % config.target_update_period == 0,
+                               lambda new, _: new, lambda _, old: old, params,
+                               state.target_params)
         return state._replace(params=params, target_params=target, opt_state=opt_state,
                               grad_steps=grad_steps, loss=loss)
 

@@ -315,18 +315,36 @@ def test_gpu_script_parity_mode_summarises_after_its_time_limit(tmp_path):
     assert all(summary["games"][g]["hyperagent"]["evals"] == {} for g in ("Alien", "Freeway"))
 
 
-def _carried_copies(hlo: str, shape: str) -> int:
-    """Copies of a carried buffer of ``shape`` (a ``copy`` of a ``get-tuple-element``, not a
-    layout change inside a fused gradient) in optimised HLO text."""
+def _carried_copies(hlo: str, shape: str) -> list[str]:
+    """The computations (their header lines) holding a copy of a carried buffer of ``shape``
+    (a ``copy`` of a ``get-tuple-element``, not a layout change inside a fused gradient), one
+    entry per copy, in optimised HLO text."""
     import re
 
-    return len(re.findall(rf"= {re.escape(shape)}\{{[^}}]*\}} copy\(%get-tuple-element", hlo))
+    copy = re.compile(rf"= {re.escape(shape)}\{{[^}}]*\}} copy\(%get-tuple-element")
+    found, header = [], ""
+    for line in hlo.splitlines():
+        if line.startswith(("%", "ENTRY")):
+            header = line
+        elif copy.search(line):
+            found.append(header)
+    return found
+
+
+def _is_target_sync(header: str, hlo: str) -> bool:
+    """Whether the computation of ``header`` is a branch of a conditional over the parameters
+    alone (no replay in its signature): the target sync, ``target <- params`` when due."""
+    name = header.split(" ", 1)[0]
+    return "u8[" not in header and any(
+        "conditional(" in line and name in line.split("branch_computations=", 1)[-1]
+        for line in hlo.splitlines())
 
 
 @pytest.mark.parametrize("region_analysis", [True, False])
 def test_a_step_that_does_not_learn_copies_no_parameters(region_analysis, monkeypatch):
     """The compiled Atari chunk of a DQN (Nature CNN, 512 units, update every 4 steps) holds no
-    copy of the 3136 x 512 weights nor of the replay outside the learning computation: with
+    copy of the 3136 x 512 weights nor of the replay but the target sync's (a branch of its
+    own that runs once per ``target_update_period`` gradient steps): with
     :func:`hyperx.loop.compiler_options` the no-learn branch aliases its operands. Without the
     option (the second case) XLA:CPU copies them (this is what the test would catch)."""
     import jax.numpy as jnp
@@ -354,7 +372,7 @@ def test_a_step_that_does_not_learn_copies_no_parameters(region_analysis, monkey
     hlo = scan.run_chunk.lower(carry, jnp.int32(0)).compile().as_text()
     weights = _carried_copies(hlo, "f32[1,3136,512]")
     replay = _carried_copies(hlo, "u8[1,1,512,84,84]")
-    if region_analysis:
-        assert weights == 0 and replay == 0
+    if region_analysis:  # only the target sync's own copy, once per target_update_period
+        assert len(weights) == 1 and _is_target_sync(weights[0], hlo) and replay == []
     else:
-        assert weights >= 3
+        assert len(weights) >= 4

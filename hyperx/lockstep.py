@@ -23,13 +23,15 @@ def lockstep_cond(pred: Array, true_fn: Callable[..., Any], false_fn: Callable[.
     every batch member at every call, so a training step scheduled every B rounds would run
     every round. Under ``vmap`` this function branches on the whole batch instead,
 
-        lax.cond(any(pred), where(pred, vmap(true_fn), vmap(false_fn)), vmap(false_fn)),
+        lax.cond(any(pred), lax.cond(all(pred), new, where(pred, new, vmap(false_fn))),
+                 vmap(false_fn)),      with new = vmap(true_fn) computed once,
 
     recursively, so nested vmaps keep the branch too: each member gets its own branch's result,
     and when the members are in lockstep (a schedule that counts rounds, the same for every
-    seed of a run) ``true_fn`` runs only on the calls where it is due. The ``where`` touches
-    every output of the branches when any member is due, so let them return only what
-    ``true_fn`` changes (not, say, a replay buffer that passes through). ``pred`` is a bool
+    seed of a run) ``true_fn`` runs only on the calls where it is due, and alone: the
+    ``where`` (which reads and writes every output of both branches) runs only when some
+    members are due and others not, so let the branches return only what ``true_fn`` changes
+    (not, say, a replay buffer that passes through). ``pred`` is a bool
     scalar per member; both branches return the same structure. The branches may close over
     vmapped values (a grid point's hyper-parameter, a seed's key): each is traced once and its
     closed-over values become explicit operands, which a custom vmap rule needs. Not
@@ -70,11 +72,14 @@ def _branch(pred: Array, true_fn: Callable[..., Any], false_fn: Callable[..., An
         on_true = jax.vmap(true_fn, in_axes=in_axes, axis_size=axis_size)
         on_false = jax.vmap(false_fn, in_axes=in_axes, axis_size=axis_size)
         if pred_batched:
-            def some(p: Array, *o: Any) -> Any:  # members whose pred is False keep on_false's
-                return jax.tree.map(lambda a, b: jax.vmap(jnp.where)(p, a, b), on_true(*o),
+            def some(p: Array, new: Any, *o: Any) -> Any:  # members not due keep on_false's
+                return jax.tree.map(lambda a, b: jax.vmap(jnp.where)(p, a, b), new,
                                     on_false(*o))
 
-            out = _branch(jnp.any(pred), some, lambda _, *o: on_false(*o), pred, *operands)
+            def any_due(p: Array, *o: Any) -> Any:  # all due (lockstep): no select at all
+                return _branch(jnp.all(p), lambda _, new, *o: new, some, p, on_true(*o), *o)
+
+            out = _branch(jnp.any(pred), any_due, lambda _, *o: on_false(*o), pred, *operands)
         else:
             out = _branch(pred, on_true, on_false, *operands)
         return out, jax.tree.map(lambda _: True, out)

@@ -31,6 +31,34 @@ def test_branches_closing_over_vmapped_values_equal_lax_cond_per_member():
     assert "cond[" in str(jax.make_jaxpr(jax.vmap(_scheduled))(ts, scales, shifts))
 
 
+def test_members_all_due_or_none_due_take_one_branch_without_a_select():
+    """In lockstep (all members due, or none) the result is true_fn's (false_fn's) alone; the
+    per-member select runs only on the mixed branch, which still gives each its own."""
+    f = jax.jit(jax.vmap(_scheduled))
+    scales, shifts = jnp.array([2, 3]), jnp.array([0.5, 1.0])
+    np.testing.assert_array_equal(f(jnp.array([3, 6]), scales, shifts), [6.5, 19.0])  # all due
+    np.testing.assert_array_equal(f(jnp.array([1, 2]), scales, shifts), [0.5, 1.0])  # none
+    np.testing.assert_array_equal(f(jnp.array([3, 2]), scales, shifts), [6.5, 1.0])  # mixed
+    jaxpr = jax.make_jaxpr(jax.vmap(_scheduled))(jnp.array([3, 6]), scales, shifts)
+    text = str(jaxpr)
+    assert "reduce_or" in text and "reduce_and" in text  # any(pred), then all(pred)
+    conds = [e for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "cond"]
+    # the all(pred) cond: its false branch selects per member, its true branch does not
+    assert any(["select_n" in str(b) for b in e.params["branches"]] == [True, False]
+               for e in conds)
+
+
+def _eqns(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs nested in its equations' parameters."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _eqns(inner)
+
+
 def test_a_neural_learner_runs_over_a_grid_of_prior_scales():
     """A grid point's prior scale is a vmapped value the training branch closes over."""
     env = make_bandit_env("quadratic", dim=4, num_arms=5, num_candidates=20, scale=1.0)

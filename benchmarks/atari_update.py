@@ -7,24 +7,27 @@ the same update (CleanRL's: target forward, MSE on the taken action, Adam 1e-4):
 * ``flax_conv``: CleanRL's ``cleanrl/dqn_atari_jax.py`` network (``flax.linen.Conv``) and
   jitted update, at the top level and inside ``lax.scan``;
 * ``patch_conv``: the same update with our torso (:class:`hyperx.heads.NatureCNN`, the
-  convolutions as :class:`hyperx.heads.PatchConv`), at the top level and inside ``lax.scan``;
-  also under other XLA:CPU flags (each in its own process), with bf16 matmuls
-  (``jax.default_matmul_precision("bfloat16")``, with its error against float32), and with
-  the patches as ``k * k`` strided slices of float frames (the form before the block form);
+  convolutions as :class:`hyperx.heads.PatchConv`), at the top level and inside ``lax.scan``,
+  in a fresh process under the default XLA:CPU flags and under each of :data:`FLAGS`;
+* ``slices`` and ``slices_bf16``: the patches as ``k * k`` strided slices of float frames
+  (the form before the block form), with float32 and with bfloat16 matmul operands
+  (accumulated in float32; the relative error of loss and gradient against float32 is in the
+  summary);
 * ``agent_in_loop``: our dqn agent's whole update inside the compiled Atari loop, with
   CleanRL's settings (no double Q, 1-step, no clipping, Adam eps 1e-8) and with its own,
   ``update_every x`` (per-env-step time of the loop that learns minus the loop that never does).
 
 The two CleanRL rows run under CleanRL's own environment (:mod:`cleanrl_env`,
-:mod:`cleanrl_peer`). Writes benchmarks/results/atari_update.json. Run (about 8 minutes on 2
-cores, plus the CleanRL environment's first build): ``python benchmarks/atari_update.py
+:mod:`cleanrl_peer`). ``--rounds`` rounds each time every row once (the machine's drift shared
+by all rows); the rows are medians over rounds, the ratio to PyTorch the median of per-round
+ratios. Writes benchmarks/results/atari_update.json. Run (about 10 minutes on 2 cores, plus
+the CleanRL environment's first build): ``python benchmarks/atari_update.py
 --cleanrl https://github.com/vwxyzjn/cleanrl`` (a local clone or mirror works too).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -52,9 +55,17 @@ FLAGS = ("--xla_cpu_use_thunk_runtime=false", "--xla_cpu_enable_fast_math=true",
          "--xla_cpu_experimental_ynn_fusion_type=")
 class SlicedCNN(nn.Module):
     """The Nature CNN as PatchConv computed it before the block form: frames cast to float
-    first, each layer's patches ``k * k`` strided slices (same parameters as NatureCNN)."""
+    first, each layer's patches ``k * k`` strided slices (NatureCNN's parameter shapes).
+    ``bf16``: every matmul's operands in bfloat16, accumulated in float32."""
 
     hidden: int = 512
+    bf16: bool = False
+
+    def dot(self, x, w):
+        if not self.bf16:
+            return x @ w
+        return jnp.dot(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
+                       preferred_element_type=jnp.float32)
 
     @nn.compact
     def __call__(self, x):
@@ -65,9 +76,12 @@ class SlicedCNN(nn.Module):
             oh, ow = (h.shape[1] - k) // s + 1, (h.shape[2] - k) // s + 1
             patches = jnp.concatenate([h[:, u:u + s * (oh - 1) + 1:s, v:v + s * (ow - 1) + 1:s]
                                        for u in range(k) for v in range(k)], axis=-1)
-            h = nn.relu(patches @ kernel.reshape(-1, f) + self.param(
+            h = nn.relu(self.dot(patches, kernel.reshape(-1, f)) + self.param(
                 f"bias_{i}", nn.initializers.zeros_init(), (f,)))
-        return nn.relu(nn.Dense(self.hidden)(h.reshape(h.shape[0], -1)))
+        h = h.reshape(h.shape[0], -1)
+        kernel = self.param("dense", nn.initializers.lecun_normal(), (h.shape[-1], self.hidden))
+        return nn.relu(self.dot(h, kernel) + self.param(
+            "dense_bias", nn.initializers.zeros_init(), (self.hidden,)))
 
 
 class QNet(nn.Module):
@@ -77,7 +91,7 @@ class QNet(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        torso = (SlicedCNN() if self.torso == "slices"
+        torso = (SlicedCNN(bf16=self.torso == "slices_bf16") if self.torso.startswith("slices")
                  else NatureCNN(hidden=512, channels_first=True))
         return nn.Dense(ACTIONS)(torso(x))
 
@@ -112,43 +126,40 @@ def make_update(torso: str):
     return update, (params, params, tx.init(params))
 
 
-def time_update(torso: str, precision: str | None = None, rounds: int = 5) -> dict:
+def time_update(torso: str, rounds: int = 5) -> dict:
     """Seconds per update at the top level and inside ``lax.scan`` (min and median of
     ``rounds`` rounds of REPEATS updates)."""
-    context = (jax.default_matmul_precision(precision) if precision
-               else contextlib.nullcontext())
-    with context:
-        update, carry = make_update(torso)
-        data = batches(REPEATS)
-        top = jax.jit(update)
-        in_scan = jax.jit(lambda c, b: jax.lax.scan(update, c, b))
-        rows = [jax.tree.map(lambda x, i=i: x[i], data) for i in range(REPEATS)]
+    update, carry = make_update(torso)
+    data = batches(REPEATS)
+    top = jax.jit(update)
+    in_scan = jax.jit(lambda c, b: jax.lax.scan(update, c, b))
+    rows = [jax.tree.map(lambda x, i=i: x[i], data) for i in range(REPEATS)]
 
-        def run_top(c):
-            for row in rows:
-                c, _ = top(c, row)
-            return c
+    def run_top(c):
+        for row in rows:
+            c, _ = top(c, row)
+        return c
 
-        out = {}
-        for name, run in (("top_level", run_top), ("in_scan", lambda c: in_scan(c, data)[0])):
-            c = jax.block_until_ready(run(carry))
-            seconds = []
-            for _ in range(rounds):
-                start = time.perf_counter()
-                c = jax.block_until_ready(run(c))
-                seconds.append((time.perf_counter() - start) / REPEATS)
-            out[name] = {"min_s": min(seconds), "median_s": float(np.median(seconds))}
-        return out
+    out = {}
+    for name, run in (("top_level", run_top), ("in_scan", lambda c: in_scan(c, data)[0])):
+        c = jax.block_until_ready(run(carry))
+        seconds = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            c = jax.block_until_ready(run(c))
+            seconds.append((time.perf_counter() - start) / REPEATS)
+        out[name] = {"min_s": min(seconds), "median_s": float(np.median(seconds))}
+    return out
 
 
 def bf16_error() -> dict:
-    """Relative error of the loss and the gradient with bf16 matmuls against float32."""
-    update, carry = make_update("patch_conv")
+    """Relative error of the loss and the gradient with bf16 matmul operands against float32
+    (the same parameters and batch, :class:`SlicedCNN`)."""
     row = jax.tree.map(lambda x: x[0], batches(1))
+    update, carry = make_update("slices")
     loss, grads = jax.jit(update)(carry, row)[1]
-    with jax.default_matmul_precision("bfloat16"):
-        update16, _ = make_update("patch_conv")
-        loss16, grads16 = jax.jit(update16)(carry, row)[1]
+    update16, _ = make_update("slices_bf16")
+    loss16, grads16 = jax.jit(update16)(carry, row)[1]
     g, g16 = (jnp.concatenate([x.ravel() for x in jax.tree.leaves(t)]) for t in (grads, grads16))
     return {"loss": float(abs(loss16 - loss) / abs(loss)),
             "grad": float(jnp.linalg.norm(g16 - g) / jnp.linalg.norm(g))}
@@ -175,6 +186,25 @@ def agent_in_loop(settings: dict, steps: int) -> dict:
             "no_learning_env_steps_per_s": idle["env_steps_per_s"]}
 
 
+def one_round(python: str, checkout: str) -> dict:
+    """Every row once: CleanRL's two updates (its environment), PatchConv under the default
+    and each of FLAGS (fresh processes), the sliced form in float32 and bf16 (this one)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([python, os.path.join(os.path.dirname(__file__), "cleanrl_peer.py"),
+                        "update", "--checkout", checkout, "--out", f.name], check=True,
+                       env=cleanrl_env.environ())
+        with open(f.name) as g:
+            peer = json.load(g)
+    median = lambda seconds: float(np.median(seconds))  # noqa: E731
+    row = {"pytorch": {"update": median(peer["pytorch"])},
+           "flax_conv": {part: median(peer["flax"][part]) for part in ("top_level", "in_scan")},
+           "patch_conv": under_flags("")}
+    row.update({f"flags {flags}": under_flags(flags) for flags in FLAGS})
+    row.update({torso: {part: v["median_s"] for part, v in time_update(torso).items()}
+                for torso in ("slices", "slices_bf16")})
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cleanrl", default=cleanrl_env.URL,
@@ -182,42 +212,36 @@ def main() -> None:
     parser.add_argument("--cleanrl-root", default=cleanrl_env.ROOT,
                         help="where CleanRL's checkout and venv are kept")
     parser.add_argument("--steps", type=int, default=1024, help="env steps per loop run")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds, each timing every row once (medians over rounds)")
     parser.add_argument("--patch-only", action="store_true",
                         help="(internal) time patch_conv only, under this process's XLA_FLAGS")
     parser.add_argument("--out", default=OUT)
     args = parser.parse_args()
     if args.patch_only:
         with open(args.out, "w") as f:
-            json.dump(time_update("patch_conv"), f)
+            json.dump({part: v["median_s"] for part, v in time_update("patch_conv").items()}, f)
         return
     python, checkout = cleanrl_env.ensure(args.cleanrl, args.cleanrl_root)
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        subprocess.run([python, os.path.join(os.path.dirname(__file__), "cleanrl_peer.py"),
-                        "update", "--checkout", checkout, "--out", f.name], check=True,
-                       env=cleanrl_env.environ())
-        with open(f.name) as g:
-            peer = json.load(g)
-    ms = lambda seconds: 1e3 * float(np.median(seconds))  # noqa: E731
-    rows = {"pytorch": {"median_s": ms(peer["pytorch"]) / 1e3, "threads": peer["pytorch_threads"]},
-            "flax_conv": {k: {"median_s": ms(v) / 1e3, "min_s": min(v)}
-                          for k, v in peer["flax"].items() if k != "versions"},
-            "patch_conv": time_update("patch_conv"),
-            "patch_conv_bf16": dict(time_update("patch_conv", "bfloat16"),
-                                    relative_error=bf16_error()),
-            "slices": time_update("slices"),
-            "flags": {flags: under_flags(flags) for flags in FLAGS}}
+    rounds = [one_round(python, checkout) for _ in range(args.rounds)]
+    names = rounds[0].keys()
+    rows = {name: {part: float(np.median([r[name][part] for r in rounds]))
+                   for part in rounds[0][name]} for name in names}
+    ratios = [r["patch_conv"]["in_scan"] / r["pytorch"]["update"] for r in rounds]
     print(json.dumps(rows, indent=1), flush=True)
     loop = {"cleanrl_settings": agent_in_loop(CLEANRL_SETTINGS, args.steps),
             "own_settings": agent_in_loop({}, args.steps)}
-    pytorch = rows["pytorch"]["median_s"]
-    bare = rows["patch_conv"]["in_scan"]["median_s"]
+    pytorch, bare = rows["pytorch"]["update"], rows["patch_conv"]["in_scan"]
     summary = {
         "pytorch_ms": 1e3 * pytorch,
-        "flax_conv_top_level_ms": 1e3 * rows["flax_conv"]["top_level"]["median_s"],
-        "flax_conv_in_scan_ms": 1e3 * rows["flax_conv"]["in_scan"]["median_s"],
-        "patch_conv_top_level_ms": 1e3 * rows["patch_conv"]["top_level"]["median_s"],
+        "flax_conv_top_level_ms": 1e3 * rows["flax_conv"]["top_level"],
+        "flax_conv_in_scan_ms": 1e3 * rows["flax_conv"]["in_scan"],
+        "patch_conv_top_level_ms": 1e3 * rows["patch_conv"]["top_level"],
         "patch_conv_in_scan_ms": 1e3 * bare,
-        "ratio_patch_conv_in_scan_to_pytorch": bare / pytorch,
+        "ratio_patch_conv_in_scan_to_pytorch_median": float(np.median(ratios)),
+        "ratio_patch_conv_in_scan_to_pytorch_range": [min(ratios), max(ratios)],
+        "best_flags": min(FLAGS, key=lambda f: rows[f"flags {f}"]["in_scan"]),
+        "slices_bf16_relative_error": bf16_error(),
         "agent_in_loop_cleanrl_settings_ms": 1e3 * loop["cleanrl_settings"]["update_in_loop_s"],
         "agent_in_loop_own_settings_ms": 1e3 * loop["own_settings"]["update_in_loop_s"],
         "ratio_agent_in_loop_cleanrl_settings_to_bare":
@@ -226,12 +250,12 @@ def main() -> None:
             loop["own_settings"]["update_in_loop_s"] / bare}
     print(json.dumps(summary, indent=1), flush=True)
     result = {"batch": BATCH, "actions": ACTIONS, "hidden": 512, "repeats": REPEATS,
-              "device": str(jax.devices()[0]), "load_average": os.getloadavg(),
-              "cleanrl_commit": cleanrl_env.COMMIT,
-              "cleanrl_versions": cleanrl_env.versions(python), "torch": peer["torch"],
-              "rows": rows, "agent_in_loop": loop, "summary": summary,
+              "rounds": args.rounds, "device": str(jax.devices()[0]),
+              "load_average": os.getloadavg(), "cleanrl_commit": cleanrl_env.COMMIT,
+              "cleanrl_versions": cleanrl_env.versions(python), "rows": rows,
+              "per_round": rounds, "agent_in_loop": loop, "summary": summary,
               "command": f"python benchmarks/atari_update.py --cleanrl {args.cleanrl} "
-                         f"--steps {args.steps}"}
+                         f"--steps {args.steps} --rounds {args.rounds}"}
     write_result(result, args.out)
 
 

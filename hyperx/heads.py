@@ -206,9 +206,9 @@ class PatchConv(nn.Module):
     ``flax.linen.Conv(features, (k, k), (s, s), "VALID")`` (same parameters, names and
     initialisers), written as patches and one dot. Why: XLA:CPU runs the gradient of
     ``lax.conv_general_dilated`` inside ``lax.scan`` or ``lax.cond`` much slower than at the
-    top level (a Nature-CNN gradient at batch 32: 0.41 s in a scan vs 0.031 s, 13x; this form:
-    0.021 s vs 0.026 s; ``python benchmarks/conv_in_scan.py``), and a compiled training loop
-    puts every update in a scan.
+    top level (CleanRL's flax DQN update at batch 32: 288.5 ms in a scan vs 36.4 ms; the same
+    update with this form: 30.6 ms vs 32.5 ms; ``python benchmarks/atari_update.py``), and a
+    compiled training loop puts every update in a scan.
 
     Patches: when the stride divides the kernel (``k = m s``, every Nature-CNN layer) the
     input is cut into s x s blocks (one reshape and transpose, "space to depth"), and the

@@ -77,10 +77,11 @@ def compiler_options() -> dict[str, bool]:
     Without region analysis XLA:CPU copies the operands a ``lax.cond`` branch returns unchanged:
     an agent's no-learn branch copied the parameters and Adam moments on every env step that
     did not learn (3 copies of the Nature CNN's 3136 x 512 weights; a DQN Breakout step that
-    does not learn costs 1.25-1.30 ms with the option against 2.80-2.89 ms without,
-    ``benchmarks/copy_insertion.py``; ``tests/agents/test_atari.py`` reads the optimised
-    HLO), and a skipped padding step copied the whole carry, replay included. The option
-    changes buffer assignment only, so results are bit-identical.
+    did not learn cost 1.25-1.30 ms with the option against 2.80-2.89 ms without,
+    ``benchmarks/copy_insertion.py`` at commit e12fb91, before the lockstep update of commit
+    dbb9299, after which that branch copies nothing either way; ``tests/agents/test_atari.py``
+    reads the optimised HLO), and a skipped padding step copied the whole carry, replay
+    included. The option changes buffer assignment only, so results are bit-identical.
     """
     return dict(COPY_INSERTION) if jax.default_backend() == "cpu" else {}
 

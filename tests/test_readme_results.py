@@ -133,6 +133,30 @@ def _atari_phrases() -> list[str]:
         f"training score {interval(last)} and hyperagent's {interval(last_ha)} against random "
         f"play's {interval(random)}",
         f"greedy final policies scored {finals[0]:.1f} and {finals[1]:.2f}",
+    ] + _cleanrl_phrases()
+
+
+def _cleanrl_phrases() -> list[str]:
+    """The README's sentences on CleanRL's own script and on the update."""
+    peer = _load("atari_throughput.json")["cleanrl"]["summary"]
+    quiet, loaded = peer["quiet"], peer["loaded"]
+    update = _load("atari_update.json")["summary"]
+    low, high = quiet["ratio_cleanrl_settings_range"]
+    return [
+        f"trains at {quiet['ours_cleanrl_settings_median']:.1f} env steps/s against "
+        f"{quiet['cleanrl_median']:.1f}, a median per-round ratio of\n"
+        f"{quiet['ratio_cleanrl_settings_median']:.2f} over 5 interleaved rounds "
+        f"({low:.2f}-{high:.2f})",
+        f"ratio is {loaded['ratio_cleanrl_settings_median']:.2f} "
+        f"({loaded['ours_cleanrl_settings_median']:.1f} against\n"
+        f"{loaded['cleanrl_median']:.1f})",
+        f"the ratio is {quiet['ratio_own_settings_median']:.2f} quiet and "
+        f"{loaded['ratio_own_settings_median']:.2f}\nloaded",
+        f"it costs {update['agent_in_loop_cleanrl_settings_ms']:.1f} ms of each "
+        f"{4e3 / quiet['ours_cleanrl_settings_median']:.1f} ms",
+        f"takes {update['patch_conv_in_scan_ms']:.1f} ms against PyTorch's "
+        f"{update['pytorch_ms']:.1f} ms",
+        f"takes\n{update['flax_conv_in_scan_ms']:.1f} ms inside a scan",
     ]
 
 

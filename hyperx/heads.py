@@ -215,8 +215,9 @@ class PatchConv(nn.Module):
     patches are the ``m * m`` shifted windows of the block grid,
     ``x[s(i+a)+p, s(j+b)+q, c]`` for ``u = s a + p``, ``v = s b + q``, with the kernel's rows
     permuted to match; otherwise ``k * k`` strided slices. The block form makes 4 large
-    copies for an 8x8/4 layer where the slices make 64 narrow ones (the Nature-CNN update in
-    the Atari loop: ``python benchmarks/atari_update.py``).
+    copies for an 8x8/4 layer where the slices make 64 narrow ones (the narrow copies were
+    the largest operations of the update in a profile of the compiled Atari loop; the bare
+    update of ``benchmarks/atari_update.py`` does not show the difference).
 
     ``input_scale``: an integer input (uint8 frames) is sliced as it is, and the patches are
     cast to float32 and multiplied by ``input_scale`` (the same numbers as scaling first:

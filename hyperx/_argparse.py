@@ -18,6 +18,11 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def plural(count: int, noun: str) -> str:
+    """``"1 seed"``, ``"2 seeds"``: a count with its noun in the right number."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def interrupted(message: str) -> NoReturn:
     """After Ctrl-C: print ``hyperx: interrupted: message`` (one line) and exit with 130."""
     sys.stderr.write(f"\nhyperx: interrupted: {' '.join(str(message).split())}\n")

@@ -27,6 +27,7 @@ from hyperx._argparse import (
     fail,
     interrupted,
     non_negative_int,
+    plural,
     positive_int,
 )
 
@@ -145,8 +146,11 @@ def _deepsea(args: argparse.Namespace) -> int:
         print(f"run is complete: {out} holds all {args.episodes} episodes of this run; "
               f"rebuilt summary.json and deepsea.png; {describe(summary)}")
         return 0
-    print(f"{args.agent} on DeepSea({args.size}), {args.seeds} seeds: {describe(summary)}; "
-          f"{result.env_steps_per_s:.0f} env steps/s; wrote {out}")
+    rate = result.env_steps_per_s
+    print(f"{args.agent} on DeepSea({args.size}), {plural(args.seeds, 'seed')}: "
+          f"{describe(summary)}; {rate:.0f} env steps/s summed over "
+          f"{plural(args.seeds, 'seed')} ({rate / args.seeds:.0f} per seed, the bar's unit); "
+          f"wrote {out}")
     return 0
 
 

@@ -23,10 +23,11 @@ Beside them: :func:`shard_leading_axis` places a batch of runs over the devices 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -198,7 +199,8 @@ def run_chunks(
     position: Callable[[Carry], int], total: int, max_chunks: int | None = None,
     on_chunk: Callable[[Chunk], None] | None = None,
     save: Callable[[int, Carry], None] | None = None, saved_step: int | None = None,
-    progress: str | None = None, cleanup: Sequence[Callable[[], None]] = (),
+    progress: str | None = None, unit: str = "step",
+    cleanup: Sequence[Callable[[], None]] = (),
 ) -> ChunkedRun:
     """Advance ``carry`` chunk by chunk until ``position(carry) >= total``.
 
@@ -221,6 +223,7 @@ def run_chunks(
       saved_step: the newest position already saved (a resumed run's checkpoint).
       progress: show a tqdm bar with this label (when tqdm is installed); it appears after
         the first chunk, so its rate and ETA leave out compilation.
+      unit: what the bar counts, the unit of ``total`` (``"env step"``, ``"part"``).
       cleanup: closes the trainer's resources (environments, checkpoint managers, files).
     """
     check_int("total", total, low=0)
@@ -245,7 +248,7 @@ def run_chunks(
                         save(done, carry)
                         saved_step = done
                 if progress is not None:
-                    bar = _update_bar(bar, progress, total, min(done, total))
+                    bar = update_bar(bar, progress, total, min(done, total), unit=unit)
         except KeyboardInterrupt:
             raise TrainingInterrupted(min(done, total), total, saved_step) from None
     except BaseException:
@@ -255,16 +258,53 @@ def run_chunks(
     return ChunkedRun(carry, chunks, start)
 
 
-def _update_bar(bar: Any, label: str, total: int, done: int) -> Any:
-    """Create the bar at ``done`` (after the first chunk) or move it there."""
+def update_bar(bar: Any, label: str, total: int, done: int, *, unit: str = "step",
+               postfix: Mapping[str, Any] | None = None) -> Any:
+    """Create a tqdm bar at ``done`` (called after the first chunk, so its rate and ETA leave
+    out compilation) or move an existing one there; ``postfix`` is shown after the rate.
+    Returns the bar (``None`` when tqdm is not installed)."""
     if bar is None:
         try:
             from tqdm.auto import tqdm
         except ImportError:
             return None
-        return tqdm(total=total, initial=done, unit="step", desc=label)
-    bar.update(done - bar.n)
+        bar = tqdm(total=total, initial=done, unit=unit, desc=label)
+    else:
+        bar.update(done - bar.n)
+    if postfix:
+        bar.set_postfix(postfix, refresh=True)
     return bar
+
+
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+"""The ``jax.monitoring`` duration events that make up a program's compilation: tracing,
+lowering to MLIR and the backend's compile."""
+
+
+class CompileTime:
+    """Seconds spent compiling inside a :func:`compile_timer` block (``seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def __call__(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event in COMPILE_EVENTS:
+            self.seconds += duration
+
+
+@contextlib.contextmanager
+def compile_timer() -> Iterator[CompileTime]:
+    """Measure the compilation inside the block from jax's own events (:data:`COMPILE_EVENTS`),
+    whatever compiles there (a ``jit`` call, a program built inside a library call), so a rate
+    can be reported over the run time alone: ``with compile_timer() as c: ...; c.seconds``."""
+    timer = CompileTime()
+    jax.monitoring.register_event_duration_secs_listener(timer)
+    try:
+        yield timer
+    finally:
+        jax.monitoring.unregister_event_duration_listener(timer)
 
 
 def _close_all(closers: Sequence[Callable[[], None]], *, raise_first: bool = True) -> None:

@@ -1,6 +1,94 @@
-"""Test-suite settings: hypothesis runs derandomised, so a run is reproducible in CI."""
+"""Test-suite settings and shared fixtures.
 
+hypothesis runs derandomised, so a run is reproducible in CI. The ``terminal`` fixture runs the
+``hyperx`` console script the way a person does: in a pseudo-terminal (tqdm draws its bar
+differently on a TTY), progress bar on, and returns its exit status and everything it printed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
 from hypothesis import settings
 
 settings.register_profile("hyperx", derandomize=True, print_blob=True)
 settings.load_profile("hyperx")
+
+
+class TerminalRun(NamedTuple):
+    """A finished command: its exit status and the terminal's text (stdout and stderr as the
+    person saw them, ``\\r`` redraws included)."""
+
+    returncode: int
+    text: str
+
+
+def hyperx_command() -> list[str]:
+    """The ``hyperx`` console script installed beside this interpreter, as a user runs it
+    (``python -m hyperx.cli`` where the script is not installed)."""
+    script = Path(sys.executable).with_name("hyperx")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hyperx.cli"]
+
+
+def run_in_terminal(args: Sequence[str], *, cwd: Path, timeout: float = 600,
+                    interrupt_when: Callable[[str], bool] | None = None,
+                    columns: int = 120) -> TerminalRun:
+    """Run ``hyperx ARGS`` in ``cwd`` with a pseudo-terminal as stdin, stdout and stderr.
+
+    ``interrupt_when(text)``: send SIGINT (Ctrl-C) once the printed text satisfies it. The
+    command is killed, and the test fails, when it runs past ``timeout`` seconds.
+    """
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("PYTEST_", "COLUMNS", "LINES"))}
+    env.update(TERM="xterm", JAX_PLATFORMS=env.get("JAX_PLATFORMS", "cpu"))
+    proc = subprocess.Popen([*hyperx_command(), *args], stdin=child_fd, stdout=child_fd,
+                            stderr=child_fd, cwd=cwd, env=env, start_new_session=True)
+    os.close(child_fd)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    interrupted = False
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                pytest.fail(f"hyperx {' '.join(args)} ran past {timeout} s; printed:\n"
+                            + b"".join(chunks).decode(errors="replace")[-3000:])
+            ready, _, _ = select.select([main_fd], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(main_fd, 65536)
+                except OSError:  # EIO: every writer of the terminal has closed it
+                    data = b""
+                if not data:
+                    break
+                chunks.append(data)
+            if (interrupt_when is not None and not interrupted
+                    and interrupt_when(b"".join(chunks).decode(errors="replace"))):
+                proc.send_signal(signal.SIGINT)
+                interrupted = True
+    finally:
+        os.close(main_fd)
+    returncode = proc.wait(timeout=60)
+    return TerminalRun(returncode, b"".join(chunks).decode(errors="replace"))
+
+
+@pytest.fixture
+def terminal() -> Callable[..., TerminalRun]:
+    """:func:`run_in_terminal`, for tests of a command as a person runs it."""
+    return run_in_terminal

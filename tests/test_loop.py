@@ -5,6 +5,7 @@ import os
 import signal
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from hyperx._rundir import sigint_held
 from hyperx.loop import (
     Chunk,
     TrainingInterrupted,
+    compile_timer,
     log_grid,
     run_chunks,
     run_scan,
@@ -161,12 +163,13 @@ def test_progress_bar_starts_after_the_first_chunk(monkeypatch, capsys):
     """The bar (so its rate and ETA) is created once the first chunk, which includes the
     compilation, is done: its clock starts at the first chunk's position, not at 0."""
     calls = []
-    real = loop._update_bar
-    monkeypatch.setattr(loop, "_update_bar", lambda bar, label, total, done: calls.append(
-        (bar is None, label, total, done)) or real(bar, label, total, done))
-    run_chunks(lambda c: (c + 6, {}), 0, position=int, total=24, progress="deepsea")
-    assert calls == [(True, "deepsea", 24, 6), (False, "deepsea", 24, 12),
-                     (False, "deepsea", 24, 18), (False, "deepsea", 24, 24)]
+    real = loop.update_bar
+    monkeypatch.setattr(loop, "update_bar", lambda bar, label, total, done, unit: calls.append(
+        (bar is None, label, total, done, unit)) or real(bar, label, total, done, unit=unit))
+    run_chunks(lambda c: (c + 6, {}), 0, position=int, total=24, progress="deepsea",
+               unit="env step")
+    assert calls == [(True, "deepsea", 24, 6, "env step"), (False, "deepsea", 24, 12, "env step"),
+                     (False, "deepsea", 24, 18, "env step"), (False, "deepsea", 24, 24, "env step")]
     assert "deepsea: compiling and running the first chunk" in capsys.readouterr().err
 
 
@@ -205,3 +208,13 @@ def test_no_module_keeps_compiled_programs_in_a_global_cache():
              for i, line in enumerate(p.read_text().splitlines())
              if re.match(r"@(functools\.)?(lru_)?cache\b", line.strip())]
     assert found == []
+
+
+def test_compile_timer_counts_compilation_and_not_a_cached_call():
+    f = jax.jit(lambda x: jnp.sin(x) @ x.T)
+    x = jnp.ones((8, 8))
+    with compile_timer() as first:
+        f(x).block_until_ready()
+    with compile_timer() as again:
+        f(x).block_until_ready()
+    assert first.seconds > 0 and again.seconds == 0

@@ -13,6 +13,7 @@ import argparse
 import csv
 import io
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -214,12 +215,14 @@ class RunLog:
         except ImportError:
             self._tb = None
         self._bar = None
+        self._progress, self._total = progress, total
         if progress:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=total, unit="step", desc="atari")
+            sys.stderr.write("atari: compiling the training loop and running the first chunk "
+                             "(the progress bar starts after it)\n")
 
     def __call__(self, chunk: Chunk) -> None:
+        from hyperx.loop import update_bar
+
         step, metrics = chunk.done, chunk.metrics
         for row in metrics["episodes"]:
             self._writers["episodes"].writerow(row)
@@ -245,10 +248,10 @@ class RunLog:
             self._tb.flush()
         for f in self._files.values():
             f.flush()
-        if self._bar is not None:
-            self._bar.n = step
-            self._bar.set_postfix(steps_per_s=f"{chunk['steps_per_s']:.0f}")
-            self._bar.refresh()
+        if self._progress:
+            self._bar = update_bar(
+                self._bar, "atari", self._total, step, unit="env step",
+                postfix={"training, all seeds": f"{metrics['steps_per_s']:.0f} env steps/s"})
 
     def close(self) -> None:
         """Flush and close every writer."""

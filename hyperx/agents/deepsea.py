@@ -287,7 +287,6 @@ def train_deepsea(
                          f"{program.num_steps} env steps in chunks of {program.chunk}; this "
                          f"call asks for {config.name} on DeepSea({size}), "
                          f"{size * num_episodes} env steps in chunks of {chunk_steps}")
-    chunk = program.chunk
     devices = None if devices is None else list(devices)
     if devices is not None:
         check_int("devices", len(devices))
@@ -307,9 +306,7 @@ def train_deepsea(
         if checkpoint_dir is not None:
             from hyperx.checkpoint import CheckpointManager
 
-            meta = {"agent": config.name, "config": repr(config), "size": size,
-                    "num_episodes": num_episodes, "num_seeds": num_seeds, "seed": seed,
-                    "mapping_seeds": repr(mapping_seeds), "chunk_steps": chunk}
+            meta = checkpoint_metadata(program, num_seeds, seed, mapping_seeds)
             manager = resources.enter_context(contextlib.closing(
                 CheckpointManager(checkpoint_dir, meta)))
             carry = manager.restore_latest(carry)
@@ -329,7 +326,7 @@ def train_deepsea(
         max_chunks=max_chunks, on_chunk=on_chunk,
         save=None if manager is None else manager.save,
         saved_step=None if manager is None else manager.latest_step(),
-        progress="deepsea" if progress else None, cleanup=(resources.close,))
+        progress="deepsea" if progress else None, unit="env step", cleanup=(resources.close,))
     carry, steps_before = run.carry, run.done_at_start
     compile_time, run_time = timing["compile"], timing["run"]
     steps_done = min(int(carry.t), program.num_steps)
@@ -344,6 +341,102 @@ def train_deepsea(
         compile_time_s=compile_time, wall_time_s=run_time,
         env_steps_per_s=steps_run / run_time if run_time > 0 else float("nan"),
         steps_done=steps_done, carry=carry, steps_at_start=min(steps_before, program.num_steps))
+
+
+def checkpoint_metadata(program: DeepSeaProgram, num_seeds: int, seed: int,
+                        mapping_seeds: int | Sequence[int]) -> dict[str, Any]:
+    """What :func:`train_deepsea`'s checkpoints record of their run; restoring one needs the
+    same (:class:`hyperx.checkpoint.CheckpointManager` names the first difference)."""
+    return {"agent": program.config.name, "config": repr(program.config), "size": program.size,
+            "num_episodes": program.num_steps // program.size, "num_seeds": num_seeds,
+            "seed": seed, "mapping_seeds": repr(mapping_seeds), "chunk_steps": program.chunk}
+
+
+class SavedEvaluation(NamedTuple):
+    """Outcome of :func:`evaluate_saved`.
+
+    returns: (S, episodes) return of each greedy episode (0.99 = the treasure with all-right
+    moves); treasure: (S, episodes) whether the episode reached the treasure (its +1 reward);
+    env_step: env steps per seed of the restored checkpoint; protocol: the protocol in words.
+    """
+
+    returns: np.ndarray
+    treasure: np.ndarray
+    env_step: int
+    protocol: str
+
+
+def evaluate_saved(
+    checkpoint_dir: str, config: AgentConfig, size: int, num_episodes: int, *,
+    num_seeds: int = 1, seed: int = 0,
+    mapping_seeds: int | Sequence[int] = deepsea.BSUITE_MAPPING_SEED,
+    chunk_steps: int | None = None, episodes: int = 10,
+) -> SavedEvaluation:
+    """Greedy episodes of the newest intact checkpoint in ``checkpoint_dir``.
+
+    ``checkpoint_dir`` is the checkpoints folder of a :func:`train_deepsea` run
+    (``OUT/checkpoints`` of ``hyperx deepsea --checkpoint``); ``config``, ``size``,
+    ``num_episodes``, ``num_seeds``, ``seed``, ``mapping_seeds`` and ``chunk_steps`` are that
+    run's (the checkpoint records them; another value raises ``ValueError`` naming the first
+    difference). Damaged steps are skipped with a warning
+    (:func:`hyperx.checkpoint.restore_saved`); a folder with no intact checkpoint raises
+    ``ValueError``.
+
+    Protocol (ours; bsuite and the HyperAgent reference score DeepSea by the training
+    episodes, :class:`DeepSeaResult`): each seed plays ``episodes`` episodes on its own
+    action mapping (restored with the checkpoint), each greedy on a fresh index
+    (``agent.eval_index``, ``agent.eval_act``: no epsilon; ties broken at random). DeepSea is
+    deterministic given the mapping, so for an agent with one index (dqn) every episode of a
+    seed is the same unless Q-values tie; for the hyper agents the episodes differ by index,
+    and the fraction that reach the treasure measures how much of the posterior has found it.
+    Seed ``s``'s keys come from ``fold_in(PRNGKey(seed + 1), s)`` (split per episode), so
+    they do not depend on how many seeds share the batch.
+    """
+    from hyperx.checkpoint import restore_saved
+
+    check_int("episodes", episodes)
+    program = make_program(config, size, num_episodes, chunk_steps)
+    like = jax.eval_shape(program.init, jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32),
+                          jax.ShapeDtypeStruct((num_seeds, size, size), jnp.int32))
+    carry = restore_saved(checkpoint_dir, checkpoint_metadata(program, num_seeds, seed,
+                                                              mapping_seeds), like, "deepsea")
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(seed + 1), s))(
+        jnp.arange(num_seeds))
+    returns, treasure = jax.device_get(greedy_episodes(program, carry.seeds, keys, episodes))
+    index = "" if config.index_dim == 1 else "a fresh index per episode, "
+    protocol = (f"saved policy at env step {min(int(carry.t), program.num_steps)} per seed, "
+                f"{index}greedy, {episodes} episodes per seed on the run's action mapping")
+    return SavedEvaluation(np.asarray(returns), np.asarray(treasure),
+                           min(int(carry.t), program.num_steps), protocol)
+
+
+def greedy_episodes(program: DeepSeaProgram, seeds: SeedCarry, keys: Array, episodes: int
+                    ) -> tuple[Array, Array]:
+    """(S, episodes) returns and treasure flags of greedy episodes (:func:`evaluate_saved`'s
+    protocol) of the seeds' agents on their mappings, seed s keyed by ``keys[s]``."""
+    agent, n = program.agent, program.size
+
+    def episode(state: AgentState, params: deepsea.EnvParams, key: Array
+                ) -> tuple[Array, Array]:
+        k_index, k_steps = jax.random.split(key)
+        xi = agent.eval_index(k_index)
+
+        def move(c: tuple, k: Array) -> tuple[tuple, None]:
+            env, total, found = c
+            out = deepsea.step(params, env, agent.eval_act(state, k, state_id(env, n), xi))
+            return (out.state, total + out.reward, found | (out.reward > 0)), None
+
+        start, _ = deepsea.reset(params)
+        (_, total, found), _ = jax.lax.scan(move, (start, jnp.float32(0.0), jnp.bool_(False)),
+                                            jax.random.split(k_steps, n))
+        return total, found
+
+    def seed_episodes(state: AgentState, params: deepsea.EnvParams, key: Array
+                      ) -> tuple[Array, Array]:
+        return jax.vmap(episode, in_axes=(None, None, 0))(
+            state, params, jax.random.split(key, episodes))
+
+    return jax.jit(jax.vmap(seed_episodes))(seeds.agent, seeds.env_params, keys)
 
 
 def _place(carry: TrainCarry, devices: list[Any]) -> TrainCarry:

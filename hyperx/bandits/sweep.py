@@ -360,7 +360,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     try:
         run_chunks(run_part, 0, position=lambda k: k, total=len(todo), on_chunk=write_part,
-                   progress=None if args.quiet else "agents x seed parts")
+                   progress=None if args.quiet else "bandit", unit="part")
     except KeyboardInterrupt:
         done = sum(_part_path(out, *b).exists() for b in blocks)
         interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "

@@ -27,7 +27,8 @@ Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
   in a two-player zero-sum game, else the CCE gap of the time-averaged product distribution; on
   ``sioux_falls`` the relative delay at T and that of a pure Nash equilibrium of the same
   players),
-  with means, standard deviations and 95% intervals, and the wall time and seed-rounds per second;
+  with means, standard deviations and 95% intervals, the wall time, the compile time (from
+  jax's compile events) and seed-rounds per second of run time (compilation left out);
 - ``regret.png``: player 1's mean time-averaged regret with its 95% band, one line per matchup.
 
 Bad arguments print one line ``hyperx: error: ...`` and exit with status 2; Ctrl-C stops after
@@ -92,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="seeds per results file in OUT/parts (written as each finishes)")
     parser.add_argument("--out", required=True, help="output directory")
     add_run_dir_options(parser)
-    parser.add_argument("--quiet", action="store_true", help="no table at the end")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
     parser.set_defaults(func=run_from_args)
     return parser
 
@@ -204,22 +205,24 @@ def _run_part(args, num_actions, text: str, program, start: int, stop: int,
     import jax
 
     from hyperx.games.normal_form import cce_gap, nash_conv
+    from hyperx.loop import compile_timer
 
     keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(args.seed + 1), s))(
         np.arange(start, stop))
     begin = time.perf_counter()
-    if args.game == "sioux_falls":
-        rounds = program(keys)
-        regret = np.asarray(rounds.regret)[:, checkpoints - 1]      # (S, C, controlled)
-        gaps = rounds.relative_delay[:, -1]
-    else:
-        games = _games(args, num_actions, start, stop)
-        result = program(games, keys)
-        regret = np.asarray(result.rounds.regret)[:, checkpoints - 1]  # (S, C, N)
-        if args.game != "general_sum":
-            gaps = jax.vmap(nash_conv)(games, result.mean_strategies)
+    with compile_timer() as compiling:
+        if args.game == "sioux_falls":
+            rounds = program(keys)
+            regret = np.asarray(rounds.regret)[:, checkpoints - 1]      # (S, C, controlled)
+            gaps = rounds.relative_delay[:, -1]
         else:
-            gaps = jax.vmap(cce_gap)(games, result.mean_joint)
+            games = _games(args, num_actions, start, stop)
+            result = program(games, keys)
+            regret = np.asarray(result.rounds.regret)[:, checkpoints - 1]  # (S, C, N)
+            if args.game != "general_sum":
+                gaps = jax.vmap(nash_conv)(games, result.mean_strategies)
+            else:
+                gaps = jax.vmap(cce_gap)(games, result.mean_joint)
     seconds = time.perf_counter() - begin
     names = text.split(":") * (regret.shape[2] if args.game == "sioux_falls" else 1)
     rows = io.StringIO()
@@ -229,14 +232,15 @@ def _run_part(args, num_actions, text: str, program, start: int, stop: int,
         writer.writerow((text, i + 1, names[i], start + s, int(checkpoints[c]),
                          float(regret[s, c, i])))
     write_atomic(path.with_suffix(".json"), json.dumps(
-        {"wall_time_s": seconds, "seed_rounds": (stop - start) * args.steps,
+        {"wall_time_s": seconds, "compile_time_s": min(compiling.seconds, seconds),
+         "seed_rounds": (stop - start) * args.steps,
          "gaps": np.asarray(gaps, np.float64).tolist()}) + "\n")
     write_atomic(path, rows.getvalue())
 
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the games described by parsed ``args`` and write the outputs (module docstring)."""
-    from hyperx.loop import log_grid
+    from hyperx.loop import log_grid, run_chunks
 
     routing = args.game == "sioux_falls"
     if args.noise is None:
@@ -284,10 +288,15 @@ def run_from_args(args: argparse.Namespace) -> int:
     else:  # one compiled program per matchup, all parts
         programs = {i: make_play_seeds(matchups[i][1], args.steps, noise_std=args.noise)
                     for i in {b[0] for b in todo}}
+    def run_part(k: int) -> tuple[int, dict]:
+        i, start, stop = todo[k]
+        _run_part(args, num_actions, matchups[i][0], programs[i], start, stop, checkpoints,
+                  _part_path(out, i, start, stop))
+        return k + 1, {}
+
     try:
-        for i, start, stop in todo:
-            _run_part(args, num_actions, matchups[i][0], programs[i], start, stop, checkpoints,
-                      _part_path(out, i, start, stop))
+        run_chunks(run_part, 0, position=lambda k: k, total=len(todo),
+                   progress=None if args.quiet else "games", unit="part")
     except KeyboardInterrupt:
         done = sum(_part_path(out, *b).exists() for b in blocks)
         interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
@@ -317,7 +326,7 @@ def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
         writer.writerow(CSV_COLUMNS)
         for i, (text, learners) in enumerate(matchups):
             finals: list[list[float]] = [[] for _ in learners]
-            gaps, seconds, seed_rounds = [], 0.0, 0
+            gaps, seconds, compiling, seed_rounds = [], 0.0, 0.0, 0
             for path in [_part_path(out, *b) for b in blocks if b[0] == i]:
                 with open(path, newline="") as part:
                     rows = list(csv.reader(part))[1:]
@@ -328,12 +337,14 @@ def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
                 meta = json.loads(path.with_suffix(".json").read_text())
                 gaps += meta["gaps"]
                 seconds += meta["wall_time_s"]
+                compiling += meta.get("compile_time_s", 0.0)
                 seed_rounds += meta["seed_rounds"]
             summary["matchups"][text] = {
                 "learners": text.split(":"),
                 "average_regret": [interval95(np.array(f)) for f in finals],
                 "gap": interval95(np.array(gaps)),
-                "wall_time_s": seconds, "seed_rounds_per_s": seed_rounds / max(seconds, 1e-9)}
+                "wall_time_s": seconds, "compile_time_s": compiling,
+                "seed_rounds_per_s": seed_rounds / max(seconds - compiling, 1e-9)}
             if args.game == "sioux_falls":  # per seed, the mean over the controlled players
                 summary["matchups"][text]["mean_regret"] = interval95(
                     np.mean(np.array(finals), axis=0))

@@ -26,6 +26,7 @@ import csv
 import io
 import json
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -304,7 +305,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     from hyperx.checkpoint import CheckpointManager
     from hyperx.llm import train as rl
     from hyperx.llm.tasks import Task
-    from hyperx.loop import TrainingInterrupted, run_chunks
+    from hyperx.loop import TrainingInterrupted, run_chunks, update_bar
 
     try:
         task = Task(args.task, args.difficulty, reward_type=args.reward)
@@ -341,6 +342,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     saved: int | None = None
 
     def progress(i: int, m: dict[str, float]) -> None:
+        nonlocal bar
         # ``step`` and ``tokens_total`` count from the start of the run, not of this chunk;
         # the running sum adds the same floats in the same order as one ``train`` call.
         row = {**m, "step": float(len(done) + 1),
@@ -352,10 +354,11 @@ def run_from_args(args: argparse.Namespace) -> int:
             done.append(row)
             rows.writerow([len(done), *(row.get(k, "") for k in columns)])
             stream.flush()
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(reward=f"{m['reward']:.3f}", kl=f"{m['mismatch_kl']:.2e}",
-                            len=f"{m['response_length']:.2f}")
+        if not args.quiet:
+            bar = update_bar(bar, "hyperx llm", args.steps, len(done), unit="RL step",
+                             postfix={"reward": f"{m['reward']:.3f}",
+                                      "kl": f"{m['mismatch_kl']:.2e}",
+                                      "len": f"{m['response_length']:.2f}"})
 
     def advance(carry: Carry) -> tuple[Carry, dict]:
         steps = min(args.checkpoint_every, args.steps - int(carry.state.step))
@@ -370,6 +373,10 @@ def run_from_args(args: argparse.Namespace) -> int:
             manager = resources.enter_context(contextlib.closing(
                 CheckpointManager(str(out / "checkpoints"), settings)))
             if manager.latest_step() is None:
+                if not args.quiet:
+                    sys.stderr.write(
+                        f"hyperx llm: supervised warm-up ({args.warmup_steps} steps, compiled "
+                        "as one program) and the greedy evaluation before RL\n")
                 carry = _warm_start(args, trainer, train_lm, task, params, key)
                 manager.save(0, carry)
             else:
@@ -396,10 +403,9 @@ def run_from_args(args: argparse.Namespace) -> int:
             stream = resources.enter_context(open(path, "a", newline=""))
             rows = csv.writer(stream)
             if not args.quiet and len(done) < args.steps:
-                from tqdm.auto import tqdm
-
-                bar = resources.enter_context(contextlib.closing(
-                    tqdm(total=args.steps, initial=len(done), desc="hyperx llm", unit="step")))
+                sys.stderr.write("hyperx llm: compiling the RL step and running the first one "
+                                 "(the progress bar starts after it)\n")
+            resources.callback(lambda: bar is not None and bar.close())
             resources = resources.pop_all()  # from here on the driver closes them
         carry = run_chunks(advance, carry, position=lambda c: int(c.state.step),
                            total=args.steps, save=manager.save, saved_step=saved,

@@ -4,9 +4,10 @@ docs/llm pages, and every row of the verl mapping tables in docs/llm/verl.md.
 ``python`` blocks of a page run in order in one namespace (a page reads like a notebook), in a
 fresh working directory; ``pycon`` blocks run as doctests; ``bash`` blocks are parsed: each
 ``hyperx ...`` command must be accepted by the ``hyperx`` argument parser, each ``make X``
-must name a Makefile target and each ``python FILE`` must name a file. ``text`` blocks are
-prose (interface sketches). docs/llm/index.md, a complete program, runs in
-tests/llm/test_worked_example.py; docs/atari.md in the Atari tests.
+must name a Makefile target, each ``python FILE`` must name a file and each ``python -c CODE``
+must compile. ``text`` blocks are prose (interface sketches, a command's output).
+docs/llm/index.md, a complete program, runs in tests/llm/test_worked_example.py; docs/atari.md
+in the Atari tests. Every local link of README.md and docs/ must reach its page and heading.
 """
 
 from __future__ import annotations
@@ -72,8 +73,39 @@ def test_page_code_runs(page, tmp_path, monkeypatch):
                         assert done.code == 0, f"{where}: {command}"
                 elif command[0] == "make":
                     assert command[1] in targets, f"{where}: no make target {command[1]}"
+                elif command[0] == "python" and command[1] == "-c":
+                    compile(command[2], f"{where}: python -c", "exec")
                 elif command[0] == "python":
                     assert (ROOT / command[1]).exists(), f"{where}: no file {command[1]}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _prose(page: pathlib.Path) -> str:
+    return re.sub(r"^```.*?^```", "", page.read_text(), flags=re.MULTILINE | re.DOTALL)
+
+
+def _anchors(page: pathlib.Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to -."""
+    headings = [line.lstrip("#") for line in _prose(page).splitlines()
+                if re.match(r"#{1,6} ", line)]
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_local_link_reaches_its_page_and_heading():
+    broken = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in LINK.findall(_prose(page)):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, fragment = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif fragment and dest.suffix == ".md" and fragment not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
 
 
 @pytest.mark.parametrize("page", LLM_PAGES)

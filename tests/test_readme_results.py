@@ -1,9 +1,12 @@
-"""The README's DeepSea, bandit and Atari figures equal the files in benchmarks/results/.
+"""The results in README.md and docs/results.md equal the files in benchmarks/results/.
 
-Each expected phrase is formatted here from a results file and must appear in README.md
-(whitespace normalised), so a change that moves a result cannot leave the README stale. DeepSea
-per-seed lists are written in one form, ``agent N = n: e1, e2, ... (k/s)``; every such mention
-in the README is checked against its cell file in benchmarks/results/deepsea_scaling/.
+docs/results.md holds every benchmark result with its command; README.md holds one table row
+per headline result. Each expected phrase is formatted here from a results file and must appear
+on its page (whitespace normalised), so a change that moves a result cannot leave a page stale:
+the phrases of docs/results.md are checked there, and every row of the README's results table
+is one phrase formatted here (its first column holds no number). DeepSea per-seed lists are
+written in one form, ``agent N = n: e1, e2, ... (k/s)``; every such mention on either page is
+checked against its cell file in benchmarks/results/deepsea_scaling/.
 """
 
 from __future__ import annotations
@@ -18,8 +21,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+README = ROOT / "README.md"
+RESULTS_PAGE = ROOT / "docs" / "results.md"
+
+
+def _text(page: Path) -> str:
+    return " ".join(page.read_text().split())
+
+
 def _readme() -> str:
-    return " ".join((ROOT / "README.md").read_text().split())
+    return _text(README)
 
 
 def _load(name: str) -> dict:
@@ -127,8 +138,8 @@ def _atari_phrases() -> list[str]:
         f"at {ha['fraction_of_update_bound']:.2f} and {dqn['fraction_of_update_bound']:.2f} of "
         f"the update-bound limit ({ha['update_bound_env_steps_per_s']:.1f} and "
         f"{dqn['update_bound_env_steps_per_s']:.1f} env steps/s)",
-        f"costs {1e3 / ha['compiled_no_learning_env_steps_per_s']:.1f} and "
-        f"{1e3 / dqn['compiled_no_learning_env_steps_per_s']:.1f} ms now",
+        f"does not learn costs {1e3 / ha['compiled_no_learning_env_steps_per_s']:.1f} and "
+        f"{1e3 / dqn['compiled_no_learning_env_steps_per_s']:.1f} ms",
         "dqn " + ", ".join(f"{r['env_steps_per_s']:.1f}" for r in rows) + " env steps/s",
         f"training score {interval(last)} and hyperagent's {interval(last_ha)} against random "
         f"play's {interval(random)}",
@@ -137,7 +148,7 @@ def _atari_phrases() -> list[str]:
 
 
 def _cleanrl_phrases() -> list[str]:
-    """The README's sentences on CleanRL's own script and on the update."""
+    """The sentences on CleanRL's own script and on the update."""
     peer = _load("atari_throughput.json")["cleanrl"]["summary"]
     quiet, loaded = peer["quiet"], peer["loaded"]
     update = _load("atari_update.json")["summary"]
@@ -238,20 +249,193 @@ def _routing_phrases() -> list[str]:
             f"GP-MW on Ensemble++ {ours['ensemble_mw']}"]
 
 
-@pytest.mark.parametrize("phrase", _bandit_phrases() + _deepsea_phrases() + _atari_phrases()
-                         + _parity_phrases() + _llm_phrases() + _games_phrases()
-                         + _routing_phrases())
-def test_readme_states_the_result_file(phrase):
-    assert " ".join(phrase.split()) in _readme(), f"README.md does not say: {phrase!r}"
+def _linear_core_phrases() -> list[str]:
+    """The update and sample times at d = 1000, M = 64."""
+    out = _load("linear_core.json")
+    rows = {r["method"]: r for r in out["results"] if r["d"] == 1000 and r["M"] == 64}
+    pp, recompute = rows["ensemble_pp"], rows["recompute"]
+    return [f"an Ensemble++ update takes {pp['update_us']:.0f} us against "
+            f"{recompute['update_us']:.0f} us for the reference's O(d^2 M) recompute "
+            f"({out['target']['measured_update_speedup']:.1f}x;",
+            f"a sample takes {pp['sample_us']:.1f} us against "
+            f"{rows['exact_ts_sqrt']['sample_us']:.0f} us (exact TS, maintained square root) and "
+            f"{rows['exact_ts_refactor']['sample_us'] / 1e3:.2f} ms (exact TS, refactorising)"]
+
+
+def _llm_corrections_phrases() -> list[str]:
+    """The cost of the corrections against a forward+backward, and the sum of squared
+    probabilities' error against float64."""
+    out = _load("llm_corrections.json")
+    cost, sum_sq = out["overhead"], out["sum_sq"]
+
+    def sci(x: float) -> str:  # 3.3e-7
+        return re.sub(r"e([+-])0*(\d)", r"e\1\2", f"{x:.1e}").replace("e+", "e")
+
+    return [f"OTB and all diagnostics cost {cost['ratio_corrections'] * 100:.2f}% of a "
+            f"forward+backward; the OTB logit-gradient proxy fused into the forward adds "
+            f"{cost['ratio_fused_proxy'] * 100:.2f}%",
+            f"relative error against float64 of "
+            f"{sci(sum_sq['float32']['logsumexp']['max_rel_err_vs_f64'])} for float32 logits and "
+            f"{sci(sum_sq['bfloat16']['logsumexp']['max_rel_err_vs_f64'])} for bfloat16 logits"]
+
+
+def _results_page_phrases() -> list[str]:
+    return (_bandit_phrases() + _deepsea_phrases() + _atari_phrases() + _parity_phrases()
+            + _llm_phrases() + _games_phrases() + _routing_phrases() + _linear_core_phrases()
+            + _llm_corrections_phrases())
+
+
+@pytest.mark.parametrize("phrase", _results_page_phrases())
+def test_the_results_page_states_the_result_file(phrase):
+    assert " ".join(phrase.split()) in _text(RESULTS_PAGE), \
+        f"docs/results.md does not say: {phrase!r}"
+
+
+def _interval(row: dict, fmt: str) -> str:
+    lo, hi = row["ci95"]
+    return f"{row['mean']:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _median(values: list[int]) -> float:
+    """The median of the seeds that learned (bsuite's -1: never)."""
+    learned = sorted(v for v in values if v > 0)
+    mid = len(learned) // 2
+    return learned[mid] if len(learned) % 2 else (learned[mid - 1] + learned[mid]) / 2
+
+
+def _readme_table_phrases() -> list[str]:
+    """The second column of the README's results table, one cell per headline result."""
+    size = _load("bandit_ensemble_size.json")
+    d50 = size["cells"]["d50_k1000"]
+
+    def ms(cell: dict) -> str:
+        return f"{cell['mean']:.0f} +- {cell['sd']:.0f}"
+
+    neural = _load("bandit_neural.json")["ranking"]
+    behind = sum("neural_ensemble_pp" in r["behind_best"] for r in neural.values())
+    tied = sum("neural_ensemble_pp" in r["tied_with_best"] for r in neural.values())
+    speed = _load("bandit_neural_throughput.json")["results"]["quadratic"]
+    pp, plus = speed["neural_ensemble_pp"], speed["neural_ensemble_plus"]
+    ratios = [pp[s]["seed_rounds_per_s"] / plus[s]["seed_rounds_per_s"] for s in pp]
+
+    core = _load("linear_core.json")
+    rows = {r["method"]: r for r in core["results"] if r["d"] == 1000 and r["M"] == 64}
+
+    sweep = [r for r in _load("bandit_throughput.json")["rows"] if r["size"] == "d50_k1000"]
+    rates = sorted(r["jax_seed_steps_per_s"] / 1e3 for r in sweep)
+    over_numpy = sorted(r["speedup_vs_numpy"] for r in sweep)
+
+    def cell(agent: str, n: int) -> list[int]:
+        path = RESULTS / "deepsea_scaling" / f"{agent}_N{n}.json"
+        return json.loads(path.read_text())["learned_episode_bsuite"]
+
+    reference = _load("deepsea_reference.json")["median"]
+    throughput = _load("deepsea_throughput.json")
+    (scan64,) = [r for r in throughput["rows"] if r["driver"] == "scan" and r["seeds"] == 64]
+
+    cleanrl = _load("atari_throughput.json")["cleanrl"]["summary"]["quiet"]
+    alien = _load("atari_parity.json")["games"]["Alien"]
+    ours40, ref40 = alien["hyperagent"]["evals"]["40000"], alien["reference_hyperagent"]["40000"]
+
+    llm = _load("llm_reference.json")
+    greedy = llm["runs"][llm["reference"]]["summary"]["greedy_final"]
+
+    games = _load("games.json")
+    ours, authors = games["ours"], games["authors_stored"]
+    routing = _load("games_routing.json")
+    ours_r = {k: v["50"]["regret"]["100"] for k, v in routing["summary"]["ours"].items()}
+    authors_r = {k: v["50"]["regret"]["100"]["mean"] for k, v in routing["authors"].items()}
+
+    cost = _load("llm_corrections.json")["overhead"]
+    return [
+        f"final regret {ms(d50['ensemble_pp:gaussian:M=32'])} with M = 32 against "
+        f"{ms(d50['exact_ts'])} for exact TS (d = 50, 1000 arms, "
+        f"{size['settings']['seeds']} seeds)",
+        f"behind the best learner on {behind} of {len(neural)} games, tied on {tied}; "
+        f"{min(ratios):.1f}-{max(ratios):.1f}x the seed-rounds per second of Ensemble+",
+        f"{rows['ensemble_pp']['update_us']:.0f} us per update at d = 1000, M = 64 against "
+        f"{rows['recompute']['update_us']:.0f} us for the O(d^2 M) recompute "
+        f"({core['target']['measured_update_speedup']:.1f}x)",
+        f"{rates[0]:.0f}k-{rates[-1]:.0f}k seed-rounds/s at d = 50, K = 1000 "
+        f"({over_numpy[0]:.1f}-{over_numpy[-1]:.1f}x a per-seed NumPy loop)",
+        f"median episode of learning {_median(cell('hyperagent', 30)):.0f} at N = 30 and "
+        f"{_median(cell('hyperagent', 40)):.0f} at N = 40; the authors' code "
+        f"{reference['30']} and {reference['40']}",
+        f"{scan64['env_steps_per_s']:,.0f} env steps/s over 64 vmapped seeds, "
+        f"{throughput['scan_over_loop']['64']:.1f}x a Python loop",
+        f"{cleanrl['ours_cleanrl_settings_median']:.1f} env steps/s against "
+        f"{cleanrl['cleanrl_median']:.1f} ({cleanrl['ratio_cleanrl_settings_median']:.2f}x, "
+        f"median of {cleanrl['rounds']} rounds)",
+        f"{sum(ours40) / len(ours40):.1f} [{min(ours40):.0f}, {max(ours40):.0f}] on Alien after "
+        f"40k agent steps ({len(ours40)} seeds); the authors' {ref40[0]:.1f} "
+        f"[{ref40[1]:.0f}, {ref40[2]:.0f}]",
+        f"held-out greedy reward {llm['warm_start']['greedy']:.3f} -> "
+        f"{_interval(greedy, '.3f')} in {llm['steps']} RL steps ({len(greedy['values'])} seeds)",
+        f"GP-MW {_interval(ours['gp_mw_vs_random']['p1']['200'], '.3f')} against Exp3.P "
+        f"{_interval(ours['exp3_vs_random']['p1']['200'], '.3f')} ({games['games']} games); "
+        f"the authors' {authors['gp_mw_vs_random']['p1_mean']['200']:.3f} and "
+        f"{authors['exp3_vs_random']['p1_mean']['200']:.3f}",
+        f"GP-MW {_interval(ours_r['gp_mw'], '.0f')} against Exp3.P "
+        f"{_interval(ours_r['exp3'], '.0f')}; the authors' {authors_r['gp_mw']:.0f} and "
+        f"{authors_r['exp3']:.0f}",
+        f"{cost['ratio_corrections'] * 100:.2f}% of a forward+backward",
+    ]
+
+
+def _readme_results_table() -> list[list[str]]:
+    """The rows of the table under README.md's "## Results" heading, as lists of cells."""
+    lines = README.read_text().split("\n## Results\n", 1)[-1].splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    assert start is not None, "README.md has no table under '## Results'"
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+_PHRASE_IDS = ["ensemble_pp", "neural", "linear_core", "sweeps", "deepsea", "deepsea_speed",
+               "atari_speed", "atari_parity", "llm", "games", "routing", "llm_cost"]
+
+
+@pytest.mark.parametrize("phrase", _readme_table_phrases(), ids=_PHRASE_IDS)
+def test_the_readme_table_states_the_result_file(phrase):
+    cells = [row[1] for row in _readme_results_table()]
+    assert phrase in cells, (f"README.md's results table has no row whose second cell is "
+                             f"{phrase!r} (formatted from benchmarks/results); its cells: {cells}")
+
+
+def test_every_number_of_the_readme_table_is_checked():
+    """No row of the table holds a number that no phrase above checks: the first column (what
+    was measured) has no digits, the second is one of the checked phrases, the third links to
+    a section of docs/results.md."""
+    expected = _readme_table_phrases()
+    headings = {_anchor(line.lstrip("#").strip())
+                for line in RESULTS_PAGE.read_text().splitlines() if line.startswith("## ")}
+    rows = _readme_results_table()
+    assert len(rows) == len(expected), (f"README.md's results table has {len(rows)} rows, "
+                                        f"tests/test_readme_results.py checks {len(expected)}")
+    for what, measured, link in rows:
+        assert not re.search(r"\d", what), f"README.md results table: a number in {what!r}"
+        assert measured in expected, f"README.md results table: {measured!r} is not checked"
+        match = re.fullmatch(r"\[[^]]+\]\(docs/results\.md#([\w-]+)\)", link)
+        assert match and match.group(1) in headings, \
+            f"README.md results table: {link!r} is not a link to a section of docs/results.md"
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
 
 
 _CELL = re.compile(r"`?([a-z_]+)`? N = (\d+): ((?:-?\d+, )*-?\d+) \((\d+)/(\d+)\)")
 
 
-def test_readme_deepsea_per_seed_episodes_equal_the_cells():
-    found = _CELL.findall(_readme())
-    assert len(found) >= 6, "expected the DeepSea per-seed lists in README.md"
-    for agent, size, episodes, learned, seeds in found:
+def test_deepsea_per_seed_episodes_equal_the_cells():
+    found = _CELL.findall(_text(RESULTS_PAGE))
+    assert len(found) >= 6, "expected the DeepSea per-seed lists in docs/results.md"
+    for agent, size, episodes, learned, seeds in found + _CELL.findall(_readme()):
         cell = json.loads((RESULTS / "deepsea_scaling" / f"{agent}_N{size}.json").read_text())
         per_seed = cell["learned_episode_bsuite"]
         assert [int(e) for e in episodes.split(", ")] == per_seed, (agent, size)

@@ -13,6 +13,8 @@ any learner into one that learns every ``B`` rounds (batched / delayed feedback)
 ``update_batch`` where the learner provides it and ``B`` sequential updates otherwise.
 :func:`hyperx.lockstep.lockstep_cond` is the conditional that learners use for such
 schedules: unlike ``lax.cond``, it stays a branch when the learner is vmapped over seeds.
+:func:`check_positive` (``check_positive("scale", scale)``: a one-line ``ValueError`` unless the
+value is finite and > 0) is the check learners run on their knobs when they are built.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-from hyperx._validation import check_finite, check_positive, check_rank, check_shape
+from hyperx._validation import check_finite, check_rank, check_shape
+from hyperx._validation import check_positive as check_positive  # public: a learner's knob check
 from hyperx.lockstep import lockstep_cond
 
 Array = jax.Array

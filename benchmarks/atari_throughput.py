@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hyperx._validation import plural
 from hyperx.agents import Transition, get_config
 from hyperx.agents.atari import train_atari
 from hyperx.agents.core import make_agent
@@ -310,7 +311,7 @@ def main() -> None:
         for seeds in args.agents_grid:
             row = dict(compiled(agent, args.game, args.steps, seeds, 1), grid=True)
             rows.append(row)
-            print(f"{agent}: {seeds} agents {row['env_steps_per_s']:.1f} env steps/s",
+            print(f"{agent}: {plural(seeds, 'agent')} {row['env_steps_per_s']:.1f} env steps/s",
                   flush=True)
         print(json.dumps(summary[agent], indent=1), flush=True)
     result = {"game": args.game, "steps_per_agent": args.steps, "update_every": 4,

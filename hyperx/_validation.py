@@ -160,6 +160,12 @@ def device_memory_bytes() -> int:
     return int(stats.get("bytes_limit", host_memory_bytes()))
 
 
+def plural(n: int, word: str, *, many: str | None = None, fmt: str = "") -> str:
+    """``n`` and the noun it counts: ``plural(1, "seed")`` is ``1 seed``, ``plural(2, "seed")``
+    ``2 seeds``; ``many`` gives an irregular plural, ``fmt`` formats ``n`` (``","``: 1,000)."""
+    return f"{n:{fmt}} {word if n == 1 else many or word + 's'}"
+
+
 def format_bytes(n: float) -> str:
     """``11.8 GB``-style size (powers of 1000)."""
     for unit in ("B", "kB", "MB", "GB", "TB", "PB", "EB"):

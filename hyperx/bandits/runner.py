@@ -35,6 +35,7 @@ from hyperx._validation import (
     check_rank,
     device_memory_bytes,
     format_bytes,
+    plural,
 )
 from hyperx.bandits.base import BanditSpec, Learner, delayed
 from hyperx.envs.bandits import BanditEnv
@@ -279,7 +280,7 @@ def run_bandit(
     check_memory(f"num_seeds = {num_seeds}" + (f" x {num_points} grid points" if grid else ""),
                  num_runs * (8 + 4 * len(grid_values) + 12 * t_record.size),
                  device_memory_bytes(), f"memory for the keys and regret records of "
-                 f"{num_runs:,} runs")
+                 f"{plural(num_runs, 'run', fmt=',')}")
     seed_keys = _seed_keys(seed, num_seeds, first_seed)
     all_keys = jnp.tile(seed_keys, (num_points, 1))
     all_hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds) for name, v in grid_values.items()}
@@ -294,7 +295,7 @@ def run_bandit(
         raise ValueError(f"group_size: expected a positive int, None or 'auto', got "
                          f"{group_size!r}")
     group = math.ceil(min(group, num_runs) / len(devices)) * len(devices)
-    check_memory(f"run state ({format_bytes(run_bytes)} per run, {group} runs per pass)",
+    check_memory(f"run state ({format_bytes(run_bytes)} per run, {plural(group, 'run')} per pass)",
                  3 * group * run_bytes,
                  device_memory_bytes() * len(devices), "device memory")
     num_groups = math.ceil(num_runs / group)

@@ -15,7 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_int, check_memory, device_memory_bytes, format_bytes
+from hyperx._validation import (
+    check_int,
+    check_memory,
+    device_memory_bytes,
+    format_bytes,
+    plural,
+)
 from hyperx.linear import ensemble_pp_posterior, exact_posterior
 
 
@@ -98,7 +104,7 @@ def run_linear_demo(dim: int = 20, index_dim: int = 16, steps: int = 1000, seeds
     result = LinearDemoResult(mu_err, cov_err, sample_err, seconds, seeds * steps / seconds)
     if verbose:
         print(f"hyperx demo: linear Ensemble++ (d={dim}, M={index_dim}) vs exact Bayesian linear "
-              f"regression, T={steps} observations, {seeds} vmapped seeds")
+              f"regression, T={steps} observations, {plural(seeds, 'vmapped seed')}")
         print(f"  posterior mean vs float64 closed form (max relative error over seeds): "
               f"{mu_err:.2e}")
         print(f"  mean over seeds of A A^T vs Sigma_T (relative Frobenius error): {cov_err:.3f}"

@@ -50,6 +50,7 @@ from hyperx._validation import (
     check_memory,
     check_positive,
     device_memory_bytes,
+    plural,
     tree_bytes,
 )
 from hyperx.llm.baselines import (
@@ -393,8 +394,9 @@ def _check_batch_memory(name: str, lm: LanguageModel, task: Task, batch: int,
                         extra_tokens: int, train: bool, what: str) -> None:
     check_memory(name, batch_memory_bytes(lm, task, batch, extra_tokens=extra_tokens,
                                           train=train),
-                 device_memory_bytes(), f"device memory for {what} ({batch:,} sequences of "
-                 f"{task.prompt_len + task.answer_len + extra_tokens:,} tokens)")
+                 device_memory_bytes(), f"device memory for {what} "
+                 f"({plural(batch, 'sequence', fmt=',')} of "
+                 f"{plural(task.prompt_len + task.answer_len + extra_tokens, 'token', fmt=',')})")
 
 
 def make_optimizer(config: RLConfig) -> optax.GradientTransformationExtraArgs:
@@ -779,8 +781,10 @@ def supervised_warmup(lm: LanguageModel, params, task: Task, key: jax.Array, *, 
     # a step's batch, plus the per-step keys and losses of the one scan
     check_memory(f"steps = {steps}, batch_size = {batch_size}",
                  batch_memory_bytes(lm, task, batch_size, extra_tokens=0) + 12 * steps,
-                 device_memory_bytes(), f"device memory for {steps:,} warm-up steps of "
-                 f"{batch_size:,} sequences of {task.prompt_len + task.answer_len:,} tokens")
+                 device_memory_bytes(), f"device memory for "
+                 f"{plural(steps, 'warm-up step', fmt=',')} of "
+                 f"{plural(batch_size, 'sequence', fmt=',')} of "
+                 f"{plural(task.prompt_len + task.answer_len, 'token', fmt=',')}")
     tx = optax.adam(learning_rate)
 
     def loss(p, prompts, answers):

@@ -37,7 +37,13 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hyperx._rundir import sigint_held
-from hyperx._validation import check_int, check_memory, check_positive, host_memory_bytes
+from hyperx._validation import (
+    check_int,
+    check_memory,
+    check_positive,
+    host_memory_bytes,
+    plural,
+)
 
 __all__ = ["Chunk", "ChunkedRun", "ScanProgram", "ScanResult", "TrainingInterrupted", "log_grid",
            "run_chunks", "run_scan", "scan_program", "shard_leading_axis", "to_host"]
@@ -138,8 +144,9 @@ def run_scan(
         check_int("num_steps", num_steps)
         asked = num_steps if chunk_size is None else min(chunk_size, num_steps)
         if (num_steps, asked) != (program.num_steps, program.chunk):
-            raise ValueError(f"step_fn: a ScanProgram of {program.num_steps} steps in chunks of "
-                             f"{program.chunk}, asked for {num_steps} in chunks of {asked}")
+            raise ValueError(f"step_fn: a ScanProgram of {plural(program.num_steps, 'step')} in "
+                             f"chunks of {program.chunk}, asked for {num_steps} in chunks of "
+                             f"{asked}")
     else:
         program = scan_program(step_fn, num_steps, chunk_size)
     chunk = program.chunk

@@ -43,6 +43,7 @@ from hyperx._validation import (
     check_memory,
     device_memory_bytes,
     format_bytes,
+    plural,
 )
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
@@ -206,8 +207,8 @@ def _mappings(size: int, num_seeds: int, mapping_seeds: int | Sequence[int]) -> 
                                (num_seeds, size, size))
     seeds = list(mapping_seeds)
     if len(seeds) != num_seeds:
-        raise ValueError(f"mapping_seeds: expected an int or {num_seeds} seeds (one per seed), "
-                         f"got {len(seeds)}")
+        raise ValueError(f"mapping_seeds: expected an int or {plural(num_seeds, 'seed')} (one "
+                         f"per seed), got {len(seeds)}")
     return np.stack([deepsea.bsuite_mapping(size, int(m)) for m in seeds])
 
 
@@ -229,9 +230,9 @@ def check_carry_memory(program: DeepSeaProgram, num_seeds: int) -> None:
     mappings = jax.ShapeDtypeStruct((num_seeds, n, n), jnp.int32)
     carry = jax.eval_shape(program.init, keys, mappings)
     nbytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(carry))
-    check_memory(f"DeepSea({n}) with {num_seeds} seeds ({format_bytes(nbytes / num_seeds)} "
-                 "per seed)", 3 * nbytes + 4 * num_seeds * n * n, device_memory_bytes(),
-                 "device memory")
+    check_memory(f"DeepSea({n}) with {plural(num_seeds, 'seed')} "
+                 f"({format_bytes(nbytes / num_seeds)} per seed)",
+                 3 * nbytes + 4 * num_seeds * n * n, device_memory_bytes(), "device memory")
 
 
 def train_deepsea(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -48,15 +49,31 @@ def checksum(tree: Any) -> str:
 class CheckpointManager:
     """Latest-two checkpoints of a carry in ``directory``, tagged with ``metadata`` (a dict of
     JSON values describing the run). Resuming from a directory written by a different run
-    (other metadata) raises ``ValueError`` naming the first differing entry."""
+    (other metadata) raises ``ValueError`` naming the first differing entry.
 
-    def __init__(self, directory: str, metadata: dict[str, Any]):
+    ``read_only`` (to evaluate a saved run, perhaps while it still trains): restore only;
+    nothing in ``directory`` is created, removed or written (a training run's temporary
+    directories are left to it)."""
+
+    def __init__(self, directory: str, metadata: dict[str, Any], *, read_only: bool = False):
         self.metadata = metadata
+        self.read_only = read_only
         self.directory = os.path.abspath(directory)
-        self._manager = ocp.CheckpointManager(
-            self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
-                                                 cleanup_tmp_directories=True))
+        if read_only:
+            absl = logging.getLogger("absl")
+            level = absl.level
+            absl.setLevel(logging.ERROR)  # orbax warns that the directory is read only
+            try:
+                self._manager = ocp.CheckpointManager(
+                    self.directory, options=ocp.CheckpointManagerOptions(
+                        read_only=True, save_interval_steps=0, max_to_keep=None, create=False,
+                        cleanup_tmp_directories=False))
+            finally:
+                absl.setLevel(level)
+        else:
+            self._manager = ocp.CheckpointManager(
+                self.directory, options=ocp.CheckpointManagerOptions(
+                    max_to_keep=2, create=True, cleanup_tmp_directories=True))
 
     def save(self, step: int, carry: Any) -> None:
         """Write ``carry`` as checkpoint ``step`` with its checksum (blocks until on disk)."""
@@ -134,21 +151,50 @@ class CheckpointManager:
                 failures.append(f"step {step}: {_reason(err)}")
                 continue
             if difference:
+                advice = ("pass the run's own settings" if self.read_only else
+                          "resume with the saved settings or use another directory")
                 raise ValueError(f"checkpoint_dir: {self.directory} holds a different run, "
-                                 f"{difference}; resume with the saved settings or use another "
-                                 "directory")
+                                 f"{difference}; {advice}")
             if failures:
                 sys.stderr.write(f"hyperx: warning: {self.directory}: checkpoint "
-                                 f"{'; '.join(failures)}; resuming from step {step}\n")
+                                 f"{'; '.join(failures)}; "
+                                 f"{'restoring' if self.read_only else 'resuming from'} "
+                                 f"step {step}\n")
             return carry
         if failures:
             raise ValueError(f"checkpoint_dir: no intact checkpoint in {self.directory} "
-                             f"({'; '.join(failures)}); remove it to start again")
+                             f"({'; '.join(failures)})"
+                             f"{'' if self.read_only else '; remove it to start again'}")
         return like
 
     def close(self) -> None:
         """Flush and release the manager."""
         self._manager.close()
+
+
+def restore_saved(directory: str, metadata: dict[str, Any], like: Any, command: str) -> Any:
+    """The newest intact carry of a finished or running run's ``directory``, read only (its
+    files are not touched), in the structure of ``like`` (arrays or ``jax.ShapeDtypeStruct``).
+
+    ``metadata`` must equal the run's (:class:`CheckpointManager`). Damaged steps are skipped
+    with a warning; ``ValueError`` when none is intact, or when ``directory`` holds no
+    checkpoint: the message names the folder and asks whether the run was made with
+    ``hyperx {command} --checkpoint``."""
+    if os.path.isdir(directory):
+        manager = CheckpointManager(directory, metadata, read_only=True)
+        try:
+            if manager.latest_step() is not None:
+                return manager.restore_latest(like)
+        finally:
+            manager.close()
+    inner = os.path.join(directory, "checkpoints")
+    hint = (f"; pass its checkpoints folder, {inner}" if os.path.isdir(inner) else
+            f"; was the run made with --checkpoint (hyperx {command} --checkpoint writes "
+            f"OUT/checkpoints, train_{command}(checkpoint_dir=...) that folder)?")
+    raise ValueError(f"checkpoint_dir: expected the checkpoints folder of a saved {command} run, "
+                     f"but {os.path.abspath(directory)} "
+                     f"{'holds no checkpoint' if os.path.isdir(directory) else 'does not exist'}"
+                     f"{hint}")
 
 
 def _sha256(path: str) -> str:

@@ -66,6 +66,8 @@ Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
 """How each backend fills the stack right after a reset (see :mod:`hyperx.envs.atari`)."""
 MAX_EVAL_STEPS = 27_000
+EVAL_SEED = 10_000
+"""Offset of the evaluation games' seeds from the run's ``seed`` (:func:`evaluation_seeds`)."""
 GAMES_FILE = "training_games.json"
 """The finished training games so far, kept beside the checkpoints (:func:`saved_games`)."""
 
@@ -150,6 +152,54 @@ class AtariResult(NamedTuple):
     replay_bytes: int
     steps_done: int
     carry: AtariCarry
+
+
+class Schedule(NamedTuple):
+    """A run's iterations (one env step of each of a seed's games): in all, between
+    evaluations, per chunk; and the rows of its evaluation history."""
+
+    iterations: int
+    eval_iters: int
+    chunk_iters: int
+    num_evals: int
+
+
+def run_schedule(steps: int, envs_per_seed: int, eval_every: int | None,
+                 chunk_steps: int | None, eval_at_start: bool) -> Schedule:
+    """The :class:`Schedule` of :func:`train_atari`'s arguments (checked: ``ValueError``)."""
+    check_positive("steps", steps)
+    iterations = math.ceil(steps / envs_per_seed)
+    eval_iters = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
+    check_positive("eval_every", eval_iters)
+    every = eval_iters if chunk_steps is None else math.ceil(chunk_steps / envs_per_seed)
+    check_positive("chunk_steps", every)
+    if eval_iters % every:
+        raise ValueError(f"chunk_steps: expected a divisor of eval_every = "
+                         f"{eval_iters * envs_per_seed} env steps, got {chunk_steps}")
+    return Schedule(iterations, eval_iters, every,
+                    math.ceil(iterations / eval_iters) + int(eval_at_start))
+
+
+def checkpoint_metadata(config: AgentConfig, game: str, *, steps: int, seeds: int,
+                        envs_per_seed: int, backend: str, seed: int, schedule: Schedule,
+                        eval_episodes: int, sticky_actions: bool, eval_at_start: bool
+                        ) -> dict[str, Any]:
+    """What :func:`train_atari`'s checkpoints record of their run; restoring one needs the
+    same (:class:`hyperx.checkpoint.CheckpointManager` names the first difference)."""
+    return {"agent": config.name, "config": repr(config), "game": game, "steps": steps,
+            "seeds": seeds, "envs_per_seed": envs_per_seed, "backend": backend, "seed": seed,
+            "eval_every": schedule.eval_iters, "eval_episodes": eval_episodes,
+            "sticky_actions": sticky_actions,
+            **({"chunk": schedule.chunk_iters}
+               if schedule.chunk_iters != schedule.eval_iters else {}),
+            **({"eval_at_start": True} if eval_at_start else {})}
+
+
+def evaluation_seeds(seed: int, index: int, t: int) -> tuple[Array, int]:
+    """The key and the games' seed of a run's evaluation number ``index`` (0, 1, ...) at
+    iteration ``t``: ``fold_in(PRNGKey(seed + 1), index)`` and ``seed + 10_000 + t`` (the
+    evaluation pool itself is built with seed ``seed + 10_000``)."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed + 1), index), seed + EVAL_SEED + t
 
 
 def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per_seed: int,
@@ -410,18 +460,11 @@ def train_atari(
     and checkpoint are finished first) and the environments and checkpoint manager are
     closed on every exit.
     """
-    check_positive("steps", steps)
     check_positive("eval_episodes", eval_episodes, allow_zero=True)
     check_positive("best_eval_episodes", best_eval_episodes, allow_zero=True)
     check_positive("eval_max_steps", eval_max_steps)
-    iterations = math.ceil(steps / envs_per_seed)
-    eval_iters = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
-    check_positive("eval_every", eval_iters)
-    every = eval_iters if chunk_steps is None else math.ceil(chunk_steps / envs_per_seed)
-    check_positive("chunk_steps", every)
-    if eval_iters % every:
-        raise ValueError(f"chunk_steps: expected a divisor of eval_every = "
-                         f"{eval_iters * envs_per_seed} env steps, got {chunk_steps}")
+    schedule = run_schedule(steps, envs_per_seed, eval_every, chunk_steps, eval_at_start)
+    iterations, eval_iters, every = schedule.iterations, schedule.eval_iters, schedule.chunk_iters
     check_replay_memory(config, seeds, iterations * envs_per_seed)
     devices = None if devices is None else list(devices)
     num_devices = 1 if devices is None else len(devices)
@@ -434,10 +477,9 @@ def train_atari(
     local_games = seeds // num_devices * envs_per_seed
 
     def evaluate_now(carry: AtariCarry) -> tuple[AtariCarry, np.ndarray]:
-        key = jax.random.fold_in(jax.random.PRNGKey(seed + 1), int(carry.evals.count))
+        key, games_seed = evaluation_seeds(seed, int(carry.evals.count), int(carry.t))
         scores = evaluate(program, carry.seeds.agent.params, carry.seeds.agent.prior,
-                          eval_env, key, eval_episodes, seed + 10_000 + int(carry.t),
-                          eval_max_steps)
+                          eval_env, key, eval_episodes, games_seed, eval_max_steps)
         return carry._replace(evals=record_evaluation(
             carry.evals, int(carry.t) * envs_per_seed, scores,
             carry.seeds.agent.params)), scores
@@ -450,7 +492,6 @@ def train_atari(
         env = envs[0]
         program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
                                PAD[backend])
-        num_evals = math.ceil(iterations / eval_iters) + int(eval_at_start)
         step_fn = None
         if host_loop:
             env_carry = None
@@ -464,7 +505,7 @@ def train_atari(
                                  iterations, PAD[backend])
             env_carry, step_fn = sharded_step(local, [e.xla() for e in envs], devices)
             first_obs = np.concatenate([e.first_obs for e in envs])
-        carry = initial_carry(program, first_obs, seed, num_evals)
+        carry = initial_carry(program, first_obs, seed, schedule.num_evals)
         if devices is not None:
             carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
         manager = None
@@ -473,13 +514,10 @@ def train_atari(
             from hyperx.checkpoint import CheckpointManager
 
             manager = resources.enter_context(contextlib.closing(CheckpointManager(
-                checkpoint_dir, {
-                    "agent": config.name, "config": repr(config), "game": game, "steps": steps,
-                    "seeds": seeds, "envs_per_seed": envs_per_seed, "backend": backend,
-                    "seed": seed, "eval_every": eval_iters, "eval_episodes": eval_episodes,
-                    "sticky_actions": sticky_actions,
-                    **({"chunk": every} if every != eval_iters else {}),
-                    **({"eval_at_start": True} if eval_at_start else {})})))
+                checkpoint_dir, checkpoint_metadata(
+                    config, game, steps=steps, seeds=seeds, envs_per_seed=envs_per_seed,
+                    backend=backend, seed=seed, schedule=schedule, eval_episodes=eval_episodes,
+                    sticky_actions=sticky_actions, eval_at_start=eval_at_start))))
             restored = manager.restore_latest(carry)
             if restored is not carry:
                 carry = _resumed(restored, first_obs)
@@ -487,7 +525,7 @@ def train_atari(
                     carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
                 episodes = saved_games(checkpoint_dir, int(carry.t) * envs_per_seed)
         eval_env = resources.enter_context(contextlib.closing(make_atari(
-            game, backend=backend, num_envs=seeds * eval_episodes, seed=seed + 10_000,
+            game, backend=backend, num_envs=seeds * eval_episodes, seed=seed + EVAL_SEED,
             training=False, sticky_actions=sticky_actions))) if eval_episodes else None
         if (eval_at_start and eval_episodes and int(carry.t) == 0
                 and int(carry.evals.count) == 0):

@@ -33,6 +33,13 @@ loops and users' own code), and :meth:`AtariEnv.xla` returns ``(state, step)`` w
 ``step(state, actions) -> (state, AtariStep)`` that runs inside ``jax.jit`` and ``lax.scan``.
 Batches are ordered by environment id (both backends run synchronously: batch = all envs).
 An env handle cannot be vmapped: batch seeds by giving one pool ``seeds x envs`` environments.
+
+Screens (``screen=True``): the same games with full-size RGB observations (B, 210, 160, 3)
+instead of the 84 x 84 grayscale stack; like the agent's frames, each is the max over the agent
+step's last two emulator frames (envpool has no other mode). Nothing else changes (emulator
+settings, seeds, random draws), so a screen pool stepped with the same actions as a preprocessed
+pool of the same spec plays the same games (:mod:`hyperx.agents.atari_eval` records evaluation
+games this way; tests/agents/test_evaluate_saved.py checks that the two stay in step).
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from hyperx._validation import check_choice, check_int
 Array = jax.Array
 BACKENDS = ("envpool", "ale")
 OBS_SHAPE = (4, 84, 84)
+SCREEN_SHAPE = (210, 160, 3)
 MAX_EPISODE_FRAMES = 108_000
 FRAME_SKIP = 4
 
@@ -99,7 +107,8 @@ class AtariSpec:
     """What to build: ``game`` (``"Breakout"``), ``backend`` ("envpool" or "ale"),
     ``num_envs`` environments seeded ``seed, seed + 1, ...``, ``training`` (life loss ends
     the learner's episode, rewards clipped), ``noop_max`` no-op starts, ``sticky_actions``
-    (repeat probability 0.25), ``max_episode_frames`` (108,000: 27,000 agent steps)."""
+    (repeat probability 0.25), ``max_episode_frames`` (108,000: 27,000 agent steps),
+    ``screen`` (full-size RGB observations, :data:`SCREEN_SHAPE`, instead of the stack)."""
 
     game: str
     backend: str = "envpool"
@@ -109,6 +118,7 @@ class AtariSpec:
     noop_max: int = 30
     sticky_actions: bool = False
     max_episode_frames: int = MAX_EPISODE_FRAMES
+    screen: bool = False
 
     def __post_init__(self) -> None:
         check_choice("backend", self.backend, BACKENDS)
@@ -188,7 +198,8 @@ class AtariEnv(gymnasium.vector.VectorEnv):
         self.num_actions = int(self._env.action_space.nvec[0]
                                if hasattr(self._env.action_space, "nvec")
                                else self._env.single_action_space.n)
-        self.single_observation_space = gymnasium.spaces.Box(0, 255, OBS_SHAPE, np.uint8)
+        self.single_observation_space = gymnasium.spaces.Box(
+            0, 255, SCREEN_SHAPE if spec.screen else OBS_SHAPE, np.uint8)
         self.single_action_space = gymnasium.spaces.Discrete(self.num_actions)
         self.observation_space = gymnasium.vector.utils.batch_space(
             self.single_observation_space, spec.num_envs)
@@ -210,7 +221,7 @@ class AtariEnv(gymnasium.vector.VectorEnv):
         self._lives = np.asarray(info["lives"], np.int32)
         self._ended = np.zeros(self.num_envs, bool)
         self._reset_done = True
-        return np.asarray(obs), {"lives": self._lives.copy()}
+        return self._observation(np.asarray(obs)), {"lives": self._lives.copy()}
 
     def step(self, actions: np.ndarray) -> tuple:
         """One step of every game; see :class:`AtariStep` for the flags."""
@@ -225,8 +236,8 @@ class AtariEnv(gymnasium.vector.VectorEnv):
                              f"[{actions.min()}, {actions.max()}]")
         obs, reward, term, trunc, info = self._env.step(actions.astype(np.int32))
         out = jax.device_get(postprocess(
-            self._lives, self._ended, np.asarray(obs), np.asarray(reward), np.asarray(term),
-            np.asarray(trunc), np.asarray(info["lives"]), self.spec_.training))
+            self._lives, self._ended, self._observation(np.asarray(obs)), np.asarray(reward),
+            np.asarray(term), np.asarray(trunc), np.asarray(info["lives"]), self.spec_.training))
         self._lives = out.lives
         self._ended = out.game_over | out.truncated
         info = {"raw_reward": out.raw_reward, "game_over": out.game_over,
@@ -248,13 +259,20 @@ class AtariEnv(gymnasium.vector.VectorEnv):
         def step(carry: EnvCarry, actions: Array) -> tuple[EnvCarry, AtariStep]:
             handle, (obs, reward, term, trunc, info) = raw_step(
                 carry.handle, actions.astype(jnp.int32))
-            out = postprocess(carry.lives, carry.ended, obs, reward, term, trunc,
-                              info["lives"], training)
+            out = postprocess(carry.lives, carry.ended, self._observation(obs), reward, term,
+                              trunc, info["lives"], training)
             return EnvCarry(handle, out.lives, out.game_over | out.truncated), out
 
         carry = EnvCarry(jnp.asarray(handle), jnp.asarray(info["lives"], jnp.int32),
                          jnp.zeros(self.num_envs, bool))
         return carry, step
+
+    def _observation(self, obs: Any) -> Any:
+        """The backend's observations in this env's layout: screens are (B, 210, 160, 3) on
+        both backends (envpool gives (B, 3, 210, 160), ale-py (B, 1, 210, 160, 3))."""
+        if not self.spec_.screen:
+            return obs
+        return obs.transpose(0, 2, 3, 1) if self.spec_.backend == "envpool" else obs[:, 0]
 
     def close(self, **kwargs: Any) -> None:
         """Release the backend."""
@@ -265,28 +283,30 @@ class AtariEnv(gymnasium.vector.VectorEnv):
 
 def make_atari(game: str, *, backend: str = "envpool", num_envs: int = 1, seed: int = 0,
                training: bool = True, noop_max: int = 30, sticky_actions: bool = False,
-               max_episode_frames: int = MAX_EPISODE_FRAMES) -> AtariEnv:
+               max_episode_frames: int = MAX_EPISODE_FRAMES, screen: bool = False) -> AtariEnv:
     """``num_envs`` preprocessed games of ``game`` on ``backend`` (see :class:`AtariSpec`)."""
     return AtariEnv(AtariSpec(game, backend, num_envs, seed, training, noop_max,
-                              sticky_actions, max_episode_frames))
+                              sticky_actions, max_episode_frames, screen))
 
 
 def _make_backend(spec: AtariSpec) -> Any:
     sticky = 0.25 if spec.sticky_actions else 0.0
+    height, width, _ = SCREEN_SHAPE if spec.screen else (*OBS_SHAPE[1:], 1)
+    stack = 1 if spec.screen else OBS_SHAPE[0]
     if spec.backend == "envpool":
         import envpool
 
         return envpool.make(
             f"{spec.game}-v5", env_type="gymnasium", num_envs=spec.num_envs, seed=spec.seed,
             episodic_life=False, reward_clip=False, noop_max=max(spec.noop_max, 1),
-            frame_skip=FRAME_SKIP, stack_num=4, img_height=84, img_width=84, gray_scale=True,
-            max_episode_steps=spec.max_episode_frames // FRAME_SKIP,
+            frame_skip=FRAME_SKIP, stack_num=stack, img_height=height, img_width=width,
+            gray_scale=not spec.screen, max_episode_steps=spec.max_episode_frames // FRAME_SKIP,
             repeat_action_probability=sticky, use_fire_reset=True)
     from ale_py.vector_env import AtariVectorEnv
 
     return AtariVectorEnv(
-        rom_id(spec.game), spec.num_envs, frameskip=FRAME_SKIP, stack_num=4, img_height=84,
-        img_width=84, grayscale=True, maxpool=True, noop_max=spec.noop_max,
-        episodic_life=False, reward_clipping=False, use_fire_reset=True,
+        rom_id(spec.game), spec.num_envs, frameskip=FRAME_SKIP, stack_num=stack,
+        img_height=height, img_width=width, grayscale=not spec.screen, maxpool=True,
+        noop_max=spec.noop_max, episodic_life=False, reward_clipping=False, use_fire_reset=True,
         max_num_frames_per_episode=spec.max_episode_frames,
         repeat_action_probability=sticky)

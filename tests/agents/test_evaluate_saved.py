@@ -116,15 +116,20 @@ def test_evaluate_saved_bad_arguments(kwargs, message, tmp_path):
 @pytest.mark.slow
 def test_on_ale_py_a_saved_agent_replays_any_logged_evaluation(tmp_path):
     """ale-py reseeds every game at reset, so a fresh pool replays the run's second
-    evaluation too (envpool replays only the first: docstring of evaluate_saved)."""
+    evaluation too (envpool replays only the first: docstring of evaluate_saved); its screen
+    pool records the same games."""
     config = get_config("dqn", env="atari", **TINY)
     run = dict(RUN, eval_every=32, backend="ale")
     scores = []
     train_atari(config, "Pong", eval_max_steps=MAX_STEPS, checkpoint_dir=str(tmp_path),
                 on_chunk=lambda c: scores.append(c.metrics["scores"]), **run)
-    saved = evaluate_saved(str(tmp_path), config, "Pong", eval_max_steps=MAX_STEPS, **run)
+    saved = evaluate_saved(str(tmp_path), config, "Pong", eval_max_steps=MAX_STEPS,
+                           record_video=1, video_dir=str(tmp_path / "videos"), **run)
     assert saved.env_step == 64
     np.testing.assert_array_equal(saved.scores, scores[1])
+    with av.open(saved.videos[0]) as video:
+        frames = [f.to_ndarray(format="rgb24") for f in video.decode(video=0)]
+    assert len(frames) == MAX_STEPS + 1 and frames[0].shape == (210, 160, 3)
 
 
 def test_saved_deepsea_agent_plays_greedy_episodes_on_its_mapping(tmp_path):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 import sys
 import tempfile
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from hyperx._validation import INT32_MAX
 
@@ -18,22 +20,50 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def plural(count: int, noun: str) -> str:
-    """``"1 seed"``, ``"2 seeds"``: a count with its noun in the right number."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
 def interrupted(message: str) -> NoReturn:
     """After Ctrl-C: print ``hyperx: interrupted: message`` (one line) and exit with 130."""
     sys.stderr.write(f"\nhyperx: interrupted: {' '.join(str(message).split())}\n")
     raise SystemExit(130)
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default (``(default: 20)``) unless the option has none
+    (``None``, a flag that is off) or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default is argparse.SUPPRESS
+                or "default" in text or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line on stderr and exit status 2."""
+    """An ``ArgumentParser`` whose errors are one line on stderr and exit status 2, and whose
+    help shows the defaults (:class:`DefaultsHelpFormatter`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         fail(message)
+
+
+def closest(name: str, choices: Sequence[str]) -> str | None:
+    """The choice equal to ``name`` up to case, else ``None``."""
+    folded = {c.lower(): c for c in choices}
+    return folded.get(name.lower())
+
+
+def unknown_choice(option: str, name: str, choices: Sequence[str], what: str) -> NoReturn:
+    """Fail with ``OPTION: expected WHAT, got NAME; did you mean X?`` (the nearest choices by
+    :func:`difflib.get_close_matches`, compared without case)."""
+    folded = {c.lower(): c for c in choices}
+    near = [folded[c] for c in difflib.get_close_matches(name.lower(), folded, n=3, cutoff=0.6)]
+    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    fail(f"{option}: expected {what}, got {name!r}{hint}")
 
 
 def _integer(text: str, low: int) -> int:

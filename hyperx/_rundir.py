@@ -21,8 +21,10 @@ import contextlib
 import json
 import math
 import os
+import platform
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator
@@ -31,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from hyperx._argparse import check_out_path, fail
+from hyperx._argparse import check_out_path, check_out_usable, fail
+from hyperx._validation import plural
 
 MANIFEST = "run.json"
 
@@ -127,11 +130,72 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return manifest
 
 
+VERSIONED = ("jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint")
+"""The distributions whose versions a run records beside hyperx's (:func:`environment`)."""
+
+
+def _commit() -> str | None:
+    """The git commit of the hyperx checkout this process imported (``+dirty`` when tracked
+    files differ from it), or ``None`` for an installed copy or without git."""
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def environment() -> dict[str, Any]:
+    """What a run ran on, for ``run.json`` and ``summary.json``: the versions of hyperx, Python
+    and :data:`VERSIONED`, jax's backend, device kind and counts, and the commit."""
+    from importlib import metadata
+
+    import jax
+
+    import hyperx
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    devices = jax.devices()
+    return {"hyperx": hyperx.__version__, "python": platform.python_version(),
+            **{name: version(name) for name in VERSIONED},
+            "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
+            "device_count": len(devices), "process_count": jax.process_count(),
+            "commit": _commit()}
+
+
+def device_line(label: str, env: dict[str, Any] | None = None) -> str:
+    """``atari: jax 0.10.2 on cpu (1 device: cpu)``: the line a command prints when its work
+    starts (with its progress), naming the backend and device it runs on."""
+    env = environment() if env is None else env
+    return (f"{label}: jax {env['jax']} on {env['backend']} "
+            f"({plural(env['device_count'], 'device')}: {env['device_kind']})")
+
+
 def write_manifest(out: Path, command: str, settings: dict[str, Any], *,
                    complete: bool = False) -> None:
-    """Record ``command`` and ``settings`` (and whether the run finished) in ``out``."""
+    """Record ``command`` and ``settings`` (and whether the run finished) in ``out``, with
+    the :func:`environment` of the process that writes it."""
     write_atomic(out / MANIFEST, json.dumps(
-        {"command": command, "settings": settings, "complete": complete}, indent=2) + "\n")
+        {"command": command, "settings": settings, "complete": complete,
+         "environment": environment()}, indent=2) + "\n")
+
+
+def write_summary_json(out: Path, summary: dict[str, Any], *, allow_nan: bool = True) -> None:
+    """Write ``out/summary.json`` atomically, with the :func:`environment` that produced it
+    under ``"environment"``."""
+    text = json.dumps({**summary, "environment": environment()}, indent=2, allow_nan=allow_nan)
+    write_atomic(Path(out) / "summary.json", text + "\n")
 
 
 def remove_outputs(out: Path, names: Iterable[str]) -> None:
@@ -142,6 +206,41 @@ def remove_outputs(out: Path, names: Iterable[str]) -> None:
             shutil.rmtree(path)
         elif path.exists() or path.is_symlink():
             path.unlink()
+
+
+def check_out_rules(out: str, command: str, settings: dict[str, Any], *, resume: bool,
+                    overwrite: bool) -> dict[str, Any] | None:
+    """The run-directory rules of :func:`prepare_out` without touching ``out`` (what
+    ``--dry-run`` checks): returns the manifest a ``--resume`` continues, else ``None``; exits
+    with a one-line error when the directory cannot be used."""
+    check_out_usable(out)
+    path = Path(out)
+    manifest = read_manifest(path) if path.is_dir() else None
+    same = (manifest is not None and manifest.get("command") == command
+            and manifest.get("settings") == settings)
+    if resume:
+        if manifest is None:
+            why = "damaged" if (path / MANIFEST).exists() else "missing"
+            fail(f"--resume: {out!r} holds no hyperx {command} run ({MANIFEST} {why})")
+        if manifest.get("command") != command:
+            fail(f"--resume: {out!r} holds a hyperx {manifest['command']} run, not a "
+                 f"{command} run")
+        if not same:
+            fail(f"--resume: {out!r} holds a different run, "
+                 f"{_option(first_difference(manifest.get('settings') or {}, settings) or '')}; "
+                 "rerun with the saved options or choose another --out")
+        return manifest
+    if path.is_dir() and any(path.iterdir()) and not same and not overwrite:
+        if manifest is not None:
+            diff = first_difference(manifest.get("settings") or {}, settings)
+            why = (f"a hyperx {manifest.get('command')} run"
+                   if manifest.get("command") != command or not diff
+                   else f"a different run, {_option(diff)}")
+            fail(f"--out: {out!r} holds {why}; pass --overwrite to replace it or choose "
+                 "another --out")
+        fail(f"--out: {out!r} is not empty and holds no hyperx run; pass --overwrite to write "
+             "there anyway or choose another --out")
+    return None
 
 
 def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: bool,
@@ -156,36 +255,15 @@ def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: boo
       outputs: the file and folder names the command writes (removed on a fresh start).
 
     Returns the directory and, when resuming, the manifest found there (else ``None``). Exits
-    with a one-line ``hyperx: error: ...`` (status 2) when the directory cannot be used.
+    with a one-line ``hyperx: error: ...`` (status 2) when the directory cannot be used
+    (:func:`check_out_rules`).
     """
     outputs = list(outputs)
+    manifest = check_out_rules(out, command, settings, resume=resume, overwrite=overwrite)
     check_out_path(out)
     path = Path(out)
-    manifest = read_manifest(path)
-    same = (manifest is not None and manifest.get("command") == command
-            and manifest.get("settings") == settings)
-    if resume:
-        if manifest is None:
-            why = "damaged" if (path / MANIFEST).exists() else "missing"
-            fail(f"--resume: {out!r} holds no hyperx {command} run ({MANIFEST} {why})")
-        if manifest.get("command") != command:
-            fail(f"--resume: {out!r} holds a hyperx {manifest['command']} run, not a "
-                 f"{command} run")
-        if not same:
-            fail(f"--resume: {out!r} holds a different run, "
-                 f"{_option(first_difference(manifest.get('settings') or {}, settings) or '')}; "
-                 "rerun with the saved options or choose another --out")
+    if manifest is not None:
         return path, manifest
-    if any(path.iterdir()) and not same and not overwrite:
-        if manifest is not None:
-            diff = first_difference(manifest.get("settings") or {}, settings)
-            why = (f"a hyperx {manifest.get('command')} run"
-                   if manifest.get("command") != command or not diff
-                   else f"a different run, {_option(diff)}")
-            fail(f"--out: {out!r} holds {why}; pass --overwrite to replace it or choose "
-                 "another --out")
-        fail(f"--out: {out!r} is not empty and holds no hyperx run; pass --overwrite to write "
-             "there anyway or choose another --out")
     remove_outputs(path, outputs)
     write_manifest(path, command, settings)
     return path, None

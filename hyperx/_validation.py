@@ -13,9 +13,12 @@ Scalar options (:func:`check_positive`, :func:`check_range`) must be finite numb
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -175,8 +178,37 @@ def format_bytes(n: float) -> str:
     raise AssertionError
 
 
+class MemoryEstimate(NamedTuple):
+    """One :func:`check_memory` estimate: what needs ``nbytes`` of ``available`` bytes."""
+
+    name: str
+    nbytes: float
+    available: float
+    what: str
+
+
+_ESTIMATES: contextvars.ContextVar[list[MemoryEstimate] | None] = contextvars.ContextVar(
+    "hyperx_memory_estimates", default=None)
+
+
+@contextlib.contextmanager
+def memory_estimates() -> Iterator[list[MemoryEstimate]]:
+    """Collect every :func:`check_memory` estimate made inside the block (what a command's
+    ``--dry-run`` reports: the same estimates that would refuse a run that cannot fit)."""
+    estimates: list[MemoryEstimate] = []
+    token = _ESTIMATES.set(estimates)
+    try:
+        yield estimates
+    finally:
+        _ESTIMATES.reset(token)
+
+
 def check_memory(name: str, nbytes: float, available: float, what: str = "memory") -> None:
-    """Raise ``ValueError`` (one line, with the estimate) if ``nbytes`` exceed ``available``."""
+    """Raise ``ValueError`` (one line, with the estimate) if ``nbytes`` exceed ``available``;
+    inside :func:`memory_estimates` the estimate is also recorded."""
+    recorded = _ESTIMATES.get()
+    if recorded is not None:
+        recorded.append(MemoryEstimate(name, float(nbytes), float(available), what))
     if nbytes > available:
         raise ValueError(f"{name}: needs an estimated {format_bytes(nbytes)} of {what}, more "
                          f"than the {format_bytes(available)} available")

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import platform
 from collections.abc import Sequence
 from pathlib import Path
 
+import hyperx
 from hyperx._argparse import (
     OneLineParser,
     add_run_dir_options,
@@ -27,13 +29,29 @@ from hyperx._argparse import (
     fail,
     interrupted,
     non_negative_int,
-    plural,
     positive_int,
 )
+from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
+from hyperx._validation import memory_estimates, plural
 
 DESCRIPTION = ("hyperx: JAX-native exploration under uncertainty. Run a subcommand with --help "
                "for its options.")
 DEMO_AGENTS = "exact_ts,linucb,ensemble_pp:M=16,ensemble_pp:M=16,index=sphere,epsilon_greedy"
+
+
+def version_line() -> str:
+    """``hyperx 0.1.0 (Python 3.11.7, jax 0.10.2, jaxlib 0.10.2)``: what ``--version`` prints,
+    read from the installed distributions (without importing jax)."""
+    from importlib import metadata
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (f"hyperx {hyperx.__version__} (Python {platform.python_version()}, "
+            f"jax {installed('jax')}, jaxlib {installed('jaxlib')})")
 
 
 def demo_commands(steps: int, seeds: int, dim: int, out: str) -> tuple[list[str], list[str]]:
@@ -64,6 +82,13 @@ def _demo(args: argparse.Namespace) -> int:
     parser = build_parser()
     check_args(parser.parse_args(bandit))
     _check_deepsea(parser.parse_args(deepsea))
+    if args.dry_run:
+        print(f"[1/3] linear Ensemble++ against the exact posterior: {args.seeds} seeds x "
+              f"{args.steps} observations (d = {args.dim}, M = {args.index_dim})")
+        print("[2/3] hyperx " + " ".join(bandit))
+        main([*bandit, "--dry-run"])
+        print("[3/3] hyperx " + " ".join(deepsea))
+        return main([*deepsea, "--dry-run"])
     check_out_path(args.out)
     print("[1/3] linear Ensemble++ against the exact Bayesian posterior")
     run_linear_demo(dim=args.dim, index_dim=args.index_dim, steps=args.steps, seeds=args.seeds)
@@ -74,26 +99,39 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    from hyperx.agents.atari_cli import plot_atari_csv
     from hyperx.agents.deepsea_report import plot_returns_csv
     from hyperx.bandits.sweep import plot_regret_csv
     from hyperx.games.cli import is_games_csv, plot_games_csv
+    from hyperx.llm.cli import plot_metrics_csv
 
     directory = args.dir
     regret = os.path.join(directory, "regret.csv")
+
+    def holds(name: str) -> bool:
+        return os.path.isfile(os.path.join(directory, name))
+
     try:
-        if os.path.isfile(regret) and is_games_csv(Path(regret)):
-            path = plot_games_csv(directory)
-        elif os.path.isfile(regret):
-            path = plot_regret_csv(directory)
-        elif os.path.isfile(os.path.join(directory, "returns.csv")):
-            path = plot_returns_csv(directory)
+        if holds("regret.csv") and is_games_csv(Path(regret)):
+            plotter, name = plot_games_csv, "regret.png"
+        elif holds("regret.csv"):
+            plotter, name = plot_regret_csv, "regret.png"
+        elif holds("returns.csv"):
+            plotter, name = plot_returns_csv, "deepsea.png"
+        elif holds("episodes.csv") and holds("evaluations.csv"):
+            plotter, name = plot_atari_csv, "returns.png"
+        elif holds("metrics.csv"):
+            plotter, name = plot_metrics_csv, "curves.png"
         else:
-            path = None
+            fail(f"DIR: {directory!r} holds no run to plot: regret.csv (hyperx bandit, hyperx "
+                 "games), returns.csv (hyperx deepsea), episodes.csv and evaluations.csv "
+                 "(hyperx atari) or metrics.csv (hyperx llm)")
+        if args.dry_run:
+            print(f"hyperx plot --dry-run: would write {os.path.join(directory, name)}")
+            return 0
+        path = plotter(directory)
     except (ValueError, UnicodeDecodeError, csv.Error) as err:
         fail(f"DIR: {err}")
-    if path is None:
-        fail(f"DIR: {directory!r} holds neither regret.csv (hyperx bandit, hyperx games) nor "
-             "returns.csv (hyperx deepsea)")
     print(f"wrote {path}")
     return 0
 
@@ -103,14 +141,29 @@ DEEPSEA_SETTINGS = ("size", "agent", "seeds", "episodes", "seed", "mapping_seed"
                     "per_seed_mappings", "chunk_steps", "checkpoint")
 
 
+DEEPSEA_RATE = 2_800
+"""Env steps per second summed over seeds of HyperAgent on DeepSea(10) with 8 to 64 seeds in
+one program, on the 2-core CPU (``benchmarks/results/deepsea_throughput.json``)."""
+
+
 def _deepsea(args: argparse.Namespace) -> int:
-    from hyperx._rundir import prepare_out, write_manifest
+    from hyperx._rundir import check_out_rules, prepare_out, write_manifest
     from hyperx.agents.deepsea import train_deepsea
     from hyperx.agents.deepsea_report import ReturnsWriter, describe, write_outputs
     from hyperx.loop import TrainingInterrupted
 
-    config, program = _check_deepsea(args)
+    with memory_estimates() as memory:
+        config, program = _check_deepsea(args)
     settings = {key: getattr(args, key) for key in DEEPSEA_SETTINGS}
+    if args.dry_run:
+        check_out_rules(args.out, "deepsea", settings, resume=args.resume,
+                        overwrite=args.overwrite)
+        return report("deepsea", out=args.out, resume=args.resume, memory=memory,
+                      outputs=[o for o in DEEPSEA_OUTPUTS if o != "checkpoints" or args.checkpoint],
+                      work=[WorkEstimate(args.size * args.episodes * args.seeds, "env step",
+                                         DEEPSEA_RATE, "hyperagent on DeepSea(10), 8 to 64 "
+                                         "seeds, benchmarks/results/deepsea_throughput.json",
+                                         5.0)])
     out, manifest = prepare_out(args.out, "deepsea", settings, resume=args.resume,
                                 overwrite=args.overwrite, outputs=DEEPSEA_OUTPUTS)
     if manifest is not None and manifest.get("complete"):
@@ -177,6 +230,7 @@ def _check_deepsea(args: argparse.Namespace):
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``hyperx`` command (exposed for tests and docs)."""
     parser = OneLineParser(prog="hyperx", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     demo = sub.add_parser(
         "demo", help="Ensemble++ vs the exact posterior, a bandit sweep, DeepSea",
@@ -190,11 +244,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seeds", type=positive_int, default=2000,
                       help="S: linear seeds, S/10 bandit seeds, S/500 DeepSea seeds")
     demo.add_argument("--out", default="demo_out", help="output directory of the sweep and run")
+    add_dry_run_option(demo)
     demo.set_defaults(func=_demo)
     plot = sub.add_parser("plot", help="redraw a run's plot from its CSV",
-                          description="Redraw regret.png (hyperx bandit) or deepsea.png "
-                                      "(hyperx deepsea) in DIR from the CSV there.")
-    plot.add_argument("dir", metavar="DIR", help="output directory of a bandit or DeepSea run")
+                          description="Redraw the plot of a run in DIR from the CSV there: "
+                                      "regret.png (hyperx bandit, hyperx games), deepsea.png "
+                                      "(hyperx deepsea), returns.png (hyperx atari) or "
+                                      "curves.png (hyperx llm).")
+    plot.add_argument("dir", metavar="DIR", help="output directory of a hyperx run")
+    add_dry_run_option(plot)
     plot.set_defaults(func=_plot)
     _add_deepsea_parser(sub)
     from hyperx.bandits import sweep
@@ -229,6 +287,7 @@ def _add_deepsea_parser(sub: argparse._SubParsersAction) -> None:
                       help="checkpoint to OUT/checkpoints after each chunk (--resume continues)")
     add_run_dir_options(deep)
     deep.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_dry_run_option(deep)
     deep.set_defaults(func=_deepsea)
 
 

@@ -36,7 +36,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hyperx._rundir import sigint_held
+from hyperx._rundir import device_line, sigint_held
 from hyperx._validation import (
     check_int,
     check_memory,
@@ -242,8 +242,8 @@ def run_chunks(
     try:
         try:
             if progress is not None and done < total:
-                sys.stderr.write(f"{progress}: compiling and running the first chunk (the "
-                                 "progress bar starts after it)\n")
+                sys.stderr.write(f"{device_line(progress)}\n{progress}: compiling and running "
+                                 "the first chunk (the progress bar starts after it)\n")
             while done < total and (max_chunks is None or chunks < max_chunks):
                 carry, metrics = advance(carry)
                 done = position(carry)

@@ -14,11 +14,21 @@ import pytest
 
 
 def _check_ran(run, *, bar: str) -> str:
-    """The run exited 0 with no traceback and drew its bar (``bar``: the bar's label)."""
+    """The run exited 0 with no traceback, named the device it ran on and drew its bar
+    (``bar``: the bar's label)."""
     assert run.returncode == 0, run.text[-3000:]
     assert "Traceback" not in run.text, run.text[-3000:]
+    assert f"{bar}: jax " in run.text and " on cpu (1 device: cpu)" in run.text, run.text[:2000]
     assert f"{bar}:" in run.text and "100%|" in run.text, run.text[-3000:]
     return run.text
+
+
+def _check_recorded(out) -> None:
+    """run.json and summary.json record the versions, the device and the commit."""
+    for name in ("run.json", "summary.json"):
+        env = json.loads((out / name).read_text())["environment"]
+        assert env["hyperx"] == "0.1.0" and env["jax"] and env["backend"] == "cpu", env
+        assert env["device_count"] >= 1 and "commit" in env, env
 
 
 @pytest.mark.slow
@@ -36,6 +46,7 @@ def test_atari_with_its_progress_bar_writes_the_summary_and_plot(terminal, tmp_p
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["env_steps_per_seed"] == 256
     assert (tmp_path / "run" / "returns.png").stat().st_size > 1000
+    _check_recorded(tmp_path / "run")
 
 
 def test_bandit_with_its_progress_bar(terminal, tmp_path):
@@ -44,6 +55,7 @@ def test_bandit_with_its_progress_bar(terminal, tmp_path):
     text = _check_ran(run, bar="bandit")
     assert "part/s" in text or "s/part" in text, text  # the bar counts parts, not steps
     assert "final regret" in text and (tmp_path / "b" / "regret.png").exists()
+    _check_recorded(tmp_path / "b")
 
 
 def test_deepsea_with_its_progress_bar(terminal, tmp_path):
@@ -52,6 +64,7 @@ def test_deepsea_with_its_progress_bar(terminal, tmp_path):
     text = _check_ran(run, bar="deepsea")
     assert "env steps/s summed over 2 seeds" in text, text
     assert (tmp_path / "d" / "deepsea.png").exists()
+    _check_recorded(tmp_path / "d")
 
 
 def test_games_with_its_progress_bar(terminal, tmp_path):
@@ -61,6 +74,7 @@ def test_games_with_its_progress_bar(terminal, tmp_path):
     assert "seed-rounds/s" in text and (tmp_path / "g" / "regret.png").exists()
     summary = json.loads((tmp_path / "g" / "summary.json").read_text())
     assert all(m["compile_time_s"] > 0 for m in summary["matchups"].values())
+    _check_recorded(tmp_path / "g")
 
 
 @pytest.mark.slow
@@ -73,6 +87,7 @@ def test_llm_with_its_warm_up_and_progress_bar(terminal, tmp_path):
     assert "supervised warm-up (4 steps" in text
     assert text.index("warm-up") < text.index("compiling the RL step") < text.index("100%|")
     assert (tmp_path / "l" / "curves.png").exists()
+    _check_recorded(tmp_path / "l")
 
 
 def test_plot_of_a_run_in_a_terminal(terminal, tmp_path):

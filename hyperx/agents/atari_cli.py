@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +20,24 @@ import numpy as np
 
 from hyperx._argparse import (
     add_run_dir_options,
+    closest,
     fail,
     interrupted,
     non_negative_int,
     positive_int,
+    unknown_choice,
 )
-from hyperx._rundir import json_safe, prepare_out, remove_outputs, write_atomic, write_manifest
+from hyperx._dryrun import add_dry_run_option
+from hyperx._rundir import (
+    device_line,
+    json_safe,
+    prepare_out,
+    remove_outputs,
+    write_atomic,
+    write_manifest,
+    write_summary_json,
+)
+from hyperx._validation import plural
 
 if TYPE_CHECKING:
     from hyperx.loop import Chunk
@@ -39,34 +50,47 @@ OUTPUTS = ("episodes.csv", "evaluations.csv", "metrics.csv", "summary.json", "re
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``atari`` subcommand to a ``hyperx`` subparsers object; returns its parser."""
-    from hyperx.agents.config import AGENT_NAMES
+    from hyperx.agents.atari import MAX_EVAL_STEPS
+    from hyperx.agents.config import ATARI_AGENT_NAMES
     from hyperx.envs.atari import BACKENDS
 
     p = subparsers.add_parser("atari", help="train a value-based agent on an Atari game",
                               description=DESCRIPTION)
-    p.add_argument("--game", default="Breakout", help="game, e.g. Breakout, MsPacman, Pong")
-    p.add_argument("--agent", default="hyperagent", help=f"one of {', '.join(AGENT_NAMES)}")
+    p.add_argument("--game", default="Breakout",
+                   help="game, e.g. Breakout, MsPacman, Pong (any case)")
+    p.add_argument("--agent", choices=ATARI_AGENT_NAMES, default="hyperagent",
+                   help="agent config (dqn_100k: DQN with the Atari-100k settings)")
     p.add_argument("--steps", type=positive_int, default=100_000, help="env steps per seed")
     p.add_argument("--seeds", type=positive_int, default=1, help="agents in one program")
     p.add_argument("--envs-per-seed", type=positive_int, default=1, help="games per agent")
-    p.add_argument("--backend", default="envpool", help=f"one of {', '.join(BACKENDS)}")
+    p.add_argument("--backend", choices=BACKENDS, default="envpool", help="emulator")
     p.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
     p.add_argument("--eval-every", type=positive_int, default=None,
                    help="env steps per seed between evaluations (default: steps / 10)")
     p.add_argument("--eval-episodes", type=non_negative_int, default=10,
                    help="greedy games per seed and evaluation")
+    p.add_argument("--eval-max-steps", type=positive_int, default=MAX_EVAL_STEPS,
+                   help="agent steps per evaluation game (the 108,000-frame cap)")
     p.add_argument("--best-eval-episodes", type=non_negative_int, default=0,
                    help="re-evaluate the best checkpoint on this many games (HyperAgent: 200)")
+    p.add_argument("--chunk-steps", type=positive_int, default=None,
+                   help="env steps per seed per compiled chunk, log line and checkpoint "
+                        "(default: --eval-every, which must be a multiple of it)")
     p.add_argument("--learning-starts", type=non_negative_int, default=None,
-                   help="override the config's learning start (env steps)")
+                   help="override the config's learning start in env steps (default: the "
+                        "config's: 2,000; hyperdqn 50,000; dqn_100k 1,600)")
     p.add_argument("--buffer-size", type=positive_int, default=None,
-                   help="override the config's replay size")
+                   help="override the config's replay size (default: the config's: 100,000; "
+                        "hyperdqn 1,000,000)")
     p.add_argument("--update-every", type=positive_int, default=None,
-                   help="override the config's env steps per learning step (hyperagent: 1, "
-                        "as its reference; dqn: 4, as Nature DQN)")
+                   help="override the config's env steps per learning step (default: the "
+                        "config's: 1 for hyperagent, hyperfqi and dqn_100k, as their "
+                        "references; 4 for dqn, hyperdqn, ensemble_plus, epinet_dqn, as Nature "
+                        "DQN)")
     p.add_argument("--eval-epsilon", type=float, default=None,
-                   help="override the config's evaluation epsilon (hyper agents: 0, greedy on "
-                        "a fresh index per game; dqn: 0.001, Dopamine's Atari-100k)")
+                   help="override the config's evaluation epsilon (default: the config's: 0 "
+                        "for the hyper agents, greedy on a fresh index per game; 0.05 for dqn, "
+                        "Nature DQN's; 0.001 for dqn_100k, Dopamine's Atari-100k)")
     p.add_argument("--eval-at-start", action="store_true",
                    help="also evaluate the untrained network (step 0)")
     p.add_argument("--sticky-actions", action="store_true", help="repeat probability 0.25")
@@ -77,22 +101,20 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_run_dir_options(p)
+    add_dry_run_option(p)
     p.set_defaults(func=run_from_args)
     return p
 
 
 def _validate(args: argparse.Namespace) -> None:
-    from hyperx.agents.config import AGENT_NAMES
-    from hyperx.envs.atari import BACKENDS, game_names
+    from hyperx.envs.atari import game_names
 
-    if args.agent not in AGENT_NAMES:
-        fail(f"--agent: expected one of {', '.join(AGENT_NAMES)}, got {args.agent!r}")
-    if args.backend not in BACKENDS:
-        fail(f"--backend: expected one of {', '.join(BACKENDS)}, got {args.backend!r}")
     names = game_names()
-    if args.game not in names:
-        fail(f"--game: expected an Atari game such as Breakout or MsPacman (one of "
-             f"{len(names)}; see hyperx.envs.atari.game_names()), got {args.game!r}")
+    game = closest(args.game, names)
+    if game is None:
+        unknown_choice("--game", args.game, names, f"an Atari game such as Breakout or "
+                       f"MsPacman (one of {len(names)}; see hyperx.envs.atari.game_names())")
+    args.game = game
     if args.envs_per_seed > args.steps:
         fail(f"--envs-per-seed: expected at most --steps = {args.steps}, "
              f"got {args.envs_per_seed}")
@@ -124,12 +146,18 @@ def run_from_args(args: argparse.Namespace) -> int:
     except ValueError as err:
         fail(str(err).replace("num_envs:", "--envs-per-seed:"))
     settings = {k: v for k, v in vars(args).items()
-                if k not in ("func", "out", "quiet", "resume", "overwrite", "command")}
+                if k not in ("func", "out", "quiet", "resume", "overwrite", "command", "dry_run")}
     if args.resume and not args.checkpoint:
         fail(f"--resume: {args.out!r} was run without --checkpoint, so there is no state to "
              "resume from; rerun without --resume")
-    out, _ = prepare_out(args.out, "atari", settings, resume=args.resume,
-                         overwrite=args.overwrite, outputs=OUTPUTS)
+    if args.dry_run:
+        return _dry_run(args, config, settings)
+    out, manifest = prepare_out(args.out, "atari", settings, resume=args.resume,
+                                overwrite=args.overwrite, outputs=OUTPUTS)
+    if manifest is not None and manifest.get("complete"):
+        print(f"run is complete: {out} holds all {args.steps} env steps per seed of this run; "
+              "nothing to do (--overwrite runs it again)")
+        return 0
     write_manifest(out, "atari", settings)
     from hyperx.agents.atari import train_atari
     from hyperx.loop import TrainingInterrupted
@@ -140,9 +168,9 @@ def run_from_args(args: argparse.Namespace) -> int:
             config, args.game, steps=args.steps, seeds=args.seeds,
             envs_per_seed=args.envs_per_seed, backend=args.backend, seed=args.seed,
             eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-            best_eval_episodes=args.best_eval_episodes, eval_at_start=args.eval_at_start,
-            host_loop=args.host_loop,
-            sticky_actions=args.sticky_actions,
+            best_eval_episodes=args.best_eval_episodes, eval_max_steps=args.eval_max_steps,
+            eval_at_start=args.eval_at_start, chunk_steps=args.chunk_steps,
+            host_loop=args.host_loop, sticky_actions=args.sticky_actions,
             checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
             on_chunk=log)
     except TrainingInterrupted as stop:
@@ -166,11 +194,50 @@ def run_from_args(args: argparse.Namespace) -> int:
     summary = write_summary(out, result, args, config)
     write_manifest(out, "atari", settings, complete=True)
     final = summary["final_score_mean"]
-    print(f"{args.agent} on {args.game}, {args.seeds} seed(s) x {args.envs_per_seed} env(s), "
+    print(f"{args.agent} on {args.game}, {plural(args.seeds, 'seed')} x "
+          f"{plural(args.envs_per_seed, 'env')}, "
           f"{result.steps_done} steps: final greedy score "
           f"{'n/a' if final is None else f'{final:.1f}'}, "
           f"{result.env_steps_per_s:.0f} env steps/s; wrote {out}")
     return 0
+
+
+THROUGHPUT = {"hyperagent": (643.2, 0.0748), "dqn": (886.4, 0.0263)}
+"""Per agent of the Atari throughput benchmark (Breakout, one game, on the 2-core CPU,
+``benchmarks/results/atari_throughput.json``): env steps per second of the compiled loop when
+it does not learn, and the seconds of one update inside the loop. The dry run's rate for a
+config is ``1 / (1 / no_learning + update / update_every)``, from ``hyperagent``'s update for
+the index-sampled agents and ``dqn``'s for the rest."""
+
+
+def _dry_run(args: argparse.Namespace, config: Any, settings: dict[str, Any]) -> int:
+    """``--dry-run``: the checks a real run makes before it touches ``--out``, then the plan
+    (:mod:`hyperx._dryrun`)."""
+    from hyperx._dryrun import WorkEstimate, report
+    from hyperx._rundir import check_out_rules
+    from hyperx._validation import memory_estimates
+    from hyperx.agents.atari import check_replay_memory
+
+    with memory_estimates() as memory:
+        try:
+            check_replay_memory(config, args.seeds, args.steps)
+        except ValueError as err:
+            fail(str(err))
+    check_out_rules(args.out, "atari", settings, resume=args.resume, overwrite=args.overwrite)
+    measured = "dqn" if config.head != "hypermodel" or config.index_dim == 1 else "hyperagent"
+    no_learning, update = THROUGHPUT[measured]
+    rate = 1 / (1 / no_learning + update / config.update_every)
+    evaluations = (args.steps // (args.eval_every or max(args.steps // 10, 1))
+                   + int(args.eval_at_start))
+    outputs = [o for o in OUTPUTS if o != "checkpoints" or args.checkpoint]
+    return report("atari", out=args.out, outputs=outputs, memory=memory, resume=args.resume,
+                  work=[WorkEstimate(args.steps * args.seeds, "env step", rate,
+                                     f"{measured}'s measured update and acting cost at "
+                                     f"update_every = {config.update_every}, "
+                                     "benchmarks/results/atari_throughput.json", 60.0),
+                        WorkEstimate(evaluations * args.eval_episodes * args.seeds,
+                                     "evaluation game", None,
+                                     f"up to {args.eval_max_steps:,} agent steps each")])
 
 
 CSV_FIELDS = {"episodes": ("seed", "env", "env_step", "score", "length"),
@@ -217,8 +284,8 @@ class RunLog:
         self._bar = None
         self._progress, self._total = progress, total
         if progress:
-            sys.stderr.write("atari: compiling the training loop and running the first chunk "
-                             "(the progress bar starts after it)\n")
+            sys.stderr.write(f"{device_line('atari')}\natari: compiling the training loop and "
+                             "running the first chunk (the progress bar starts after it)\n")
 
     def __call__(self, chunk: Chunk) -> None:
         from hyperx.loop import update_bar
@@ -277,7 +344,8 @@ def write_summary(out: Path, result: Any, args: argparse.Namespace, config: Any)
         "final_score_mean": float(np.mean(final)) if final else None,
         "final_scores": final,
         "final_protocol": (f"final policy, {eval_protocol(config)}, {args.eval_episodes} "
-                           "games per seed, no life loss, no clipping, 27,000-step cap"),
+                           "games per seed, no life loss, no clipping, "
+                           f"{args.eval_max_steps:,}-step cap"),
         "best": result.best,
         "training_games": len(result.episodes),
         "env_steps_per_s": result.env_steps_per_s,
@@ -285,9 +353,36 @@ def write_summary(out: Path, result: Any, args: argparse.Namespace, config: Any)
         "replay_bytes_per_seed": result.replay_bytes,
     }
     summary = json_safe(summary)
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    write_summary_json(out, summary, allow_nan=False)
     _plot(out / "returns.png", result, f"{args.agent} on {args.game}")
     return summary
+
+
+def plot_atari_csv(directory: str | Path) -> Path:
+    """Redraw ``returns.png`` of a ``hyperx atari`` run from its ``episodes.csv`` and
+    ``evaluations.csv``; returns the path. ``ValueError`` names a damaged file."""
+    from types import SimpleNamespace
+
+    from hyperx._rundir import read_manifest
+
+    directory = Path(directory)
+    rows = {}
+    for name in ("episodes", "evaluations"):
+        path = directory / f"{name}.csv"
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != list(CSV_FIELDS[name]):
+                raise ValueError(f"{path}: expected the columns {','.join(CSV_FIELDS[name])}, "
+                                 f"got {','.join(reader.fieldnames or [])}")
+            try:
+                rows[name] = [{k: float(v) if k == "score" else int(v) for k, v in row.items()}
+                              for row in reader]
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: line {reader.line_num} is not numbers") from None
+    settings = (read_manifest(directory) or {}).get("settings") or {}
+    title = f"{settings.get('agent', 'agent')} on {settings.get('game', 'Atari')}"
+    _plot(directory / "returns.png", SimpleNamespace(**rows), title)
+    return directory / "returns.png"
 
 
 def _plot(path: Path, result: Any, title: str) -> None:

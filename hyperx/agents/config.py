@@ -260,8 +260,14 @@ Nature CNN with a linear head, global-norm clip 10 (Dopamine: none). Not include
 augmentation and the dueling head.
 ``get_config("dqn", env="atari", **DQN_100K)``."""
 
+_CONFIGS[("dqn_100k", "atari")] = dataclasses.replace(_CONFIGS[("dqn", "atari")],
+                                                     name="dqn_100k", **DQN_100K)
+
 AGENT_NAMES: tuple[str, ...] = ("hyperagent", "hyperfqi", "hyperfqi_oh", "hyperfqi_ois",
                                 "hyperdqn", "dqn", "ensemble_plus", "epinet_dqn")
+"""The configs every environment has."""
+ATARI_AGENT_NAMES: tuple[str, ...] = (*AGENT_NAMES, "dqn_100k")
+"""The Atari configs: :data:`AGENT_NAMES` and ``dqn_100k`` (``dqn`` with :data:`DQN_100K`)."""
 
 
 def get_config(name: str, env: str = "deepsea", **overrides) -> AgentConfig:
@@ -273,6 +279,6 @@ def get_config(name: str, env: str = "deepsea", **overrides) -> AgentConfig:
     every 5 gradient steps; HyperDQN: M=32, 10 indices, n-step 3, one update every 4 steps).
     Keyword ``overrides`` replace fields, e.g. ``get_config("dqn", epsilon_start=1.0)``.
     """
-    check_choice("name", name, AGENT_NAMES)
     check_choice("env", env, ENVS)
+    check_choice("name", name, ATARI_AGENT_NAMES if env == "atari" else AGENT_NAMES)
     return dataclasses.replace(_CONFIGS[(name, env)], **overrides)

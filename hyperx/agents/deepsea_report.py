@@ -8,14 +8,13 @@ a uniformly random policy meets bsuite's criterion by chance (:func:`uniform_cha
 from __future__ import annotations
 
 import csv
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hyperx._rundir import read_summary, write_atomic
+from hyperx._rundir import read_summary, write_summary_json
 from hyperx.agents.deepsea import DeepSeaResult
 
 CHANCE_LEVEL = 0.05
@@ -149,7 +148,7 @@ def write_outputs(result: DeepSeaResult, out: str, *, agent: str, size: int,
         ReturnsWriter(os.path.join(out, "returns.csv"))(result.returns, result.bad,
                                                         result.returns.shape[1])
     summary = summarise(result, agent=agent, size=size)
-    write_atomic(Path(out) / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_summary_json(Path(out), summary)
     plot_returns(result.returns, os.path.join(out, "deepsea.png"), f"{agent} on DeepSea({size})")
     return summary
 

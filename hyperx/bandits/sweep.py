@@ -57,8 +57,16 @@ from hyperx._argparse import (
     non_negative_int,
     positive_int,
 )
-from hyperx._rundir import interval95, prepare_out, write_atomic, write_manifest
-from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes
+from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
+from hyperx._rundir import (
+    check_out_rules,
+    interval95,
+    prepare_out,
+    write_atomic,
+    write_manifest,
+    write_summary_json,
+)
+from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.registry import (
     LEARNERS,
@@ -97,8 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``hyperx bandit`` options to ``parser``."""
     from hyperx.envs.bandits import bandit_env_names
 
-    envs = ", ".join(["linear", *bandit_env_names()])
-    parser.add_argument("--env", default="linear", help=f"game: {envs}")
+    parser.add_argument("--env", choices=("linear", *bandit_env_names()), default="linear",
+                        help="game (linear: Russo and Van Roy's linear-Gaussian game)")
     parser.add_argument("--dim", type=positive_int, default=None,
                         help="feature dimension d (default: the game's)")
     parser.add_argument("--arms", type=positive_int, default=None,
@@ -124,6 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory")
     add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    add_dry_run_option(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -311,15 +320,36 @@ def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict
     return env, agents, checkpoints
 
 
+LINEAR_RATE = (101_344, 50 * 1000)
+"""Seed-rounds per second of exact Thompson sampling at d = 50, K = 1000 (200 seeds) on the
+2-core CPU (``benchmarks/results/bandit_throughput.json``), and its d x K: a linear learner's
+round reads its d x K arms, so :func:`_work` scales the rate by d K."""
+
+
+def _work(args: argparse.Namespace, env: Any, num_agents: int) -> WorkEstimate:
+    """The sweep's seed-rounds and a linear learner's rate at this game's d x K."""
+    rate, size = LINEAR_RATE
+    scaled = min(rate * size / (env.context_dim * env.num_arms), 10 * rate)
+    return WorkEstimate(args.steps * args.seeds * num_agents, "seed-round", scaled,
+                        f"exact TS's rate at d = 50, K = 1000 scaled to d = {env.context_dim}, "
+                        f"K = {env.num_arms}; neural learners are slower", 2.0 * num_agents)
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
     from hyperx.bandits.runner import BanditProgram, bandit_program, run_bandit
     from hyperx.loop import Chunk, run_chunks
 
-    env, agents, checkpoints = check_args(args)
+    with memory_estimates() as memory:
+        env, agents, checkpoints = check_args(args)
     settings = {key: getattr(args, key) for key in SETTINGS}
     if args.data is not None:  # only --env text has them (older run folders lack the keys)
         settings.update(data=args.data, model=args.model)
+    if args.dry_run:
+        check_out_rules(args.out, "bandit", settings, resume=args.resume,
+                        overwrite=args.overwrite)
+        return report("bandit", out=args.out, outputs=OUTPUTS, memory=memory,
+                      resume=args.resume, work=[_work(args, env, len(agents))])
     out, _ = prepare_out(args.out, "bandit", settings, resume=args.resume,
                          overwrite=args.overwrite, outputs=OUTPUTS)
     (out / "parts").mkdir(exist_ok=True)
@@ -410,7 +440,7 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
         tmp.unlink(missing_ok=True)
         raise
     tmp.replace(out / "regret.csv")
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_summary_json(out, summary)
     plot_regret(checkpoints, curves, out / "regret.png",
                 title=f"{env.name}: d={env.context_dim}, K={env.num_arms}, {args.seeds} seeds")
     return summary

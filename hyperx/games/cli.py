@@ -50,8 +50,16 @@ from typing import Any
 import numpy as np
 
 from hyperx._argparse import add_run_dir_options, fail, interrupted, non_negative_int, positive_int
-from hyperx._rundir import interval95, prepare_out, write_atomic, write_manifest
-from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes
+from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
+from hyperx._rundir import (
+    check_out_rules,
+    interval95,
+    prepare_out,
+    write_atomic,
+    write_manifest,
+    write_summary_json,
+)
+from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
 
 GAMES = ("zero_sum", "general_sum", "rps", "sioux_falls")
 CSV_COLUMNS = ("matchup", "player", "learner", "seed", "t", "regret")
@@ -94,6 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory")
     add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    add_dry_run_option(parser)
     parser.set_defaults(func=run_from_args)
     return parser
 
@@ -146,9 +155,11 @@ def _matchups(args: argparse.Namespace, num_actions: tuple[int, ...]) -> list[tu
     return out
 
 
-def _routing(args: argparse.Namespace):
+def _routing(args: argparse.Namespace, *, build: bool = True):
     """The routing game, the controlled players' setting, their learners (one population per
-    matchup) and the relative delay of a pure Nash equilibrium of the same players."""
+    matchup) and the relative delay of a pure Nash equilibrium of the same players; with
+    ``build=False`` (``--dry-run``) the options are checked but no learner is fitted and no
+    equilibrium computed (``None`` in their places)."""
     import jax
 
     from hyperx.games import routing_play as rp
@@ -169,6 +180,9 @@ def _routing(args: argparse.Namespace):
         if text not in rp.ROUTING_LEARNERS:
             fail(f"--matchups {text}: on sioux_falls each matchup is one learner name for every "
                  f"controlled player, one of {list(rp.ROUTING_LEARNERS)}")
+        if not build:
+            out.append((text, None))
+            continue
         try:
             population = rp.make_population(text, game, s, jax.random.fold_in(key, 1))
         except ValueError as err:
@@ -176,6 +190,8 @@ def _routing(args: argparse.Namespace):
         out.append((text, [population] * args.controlled))
     if not out:
         fail("--matchups: expected at least one learner name")
+    if not build:
+        return game, s, out, None
     movable = np.zeros(game.num_players, bool)
     movable[controlled] = True
     equilibrium = best_response_equilibrium(game, movable)
@@ -238,6 +254,11 @@ def _run_part(args, num_actions, text: str, program, start: int, stop: int,
     write_atomic(path, rows.getvalue())
 
 
+GAMES_RATE = 138_000
+"""Seed-rounds per second of GP-MW against Exp3.P on 2-player games with K = 30, 1,000 seeds,
+on the 2-core CPU (``benchmarks/results/games.json``, ``throughput``): the dry run's rate."""
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the games described by parsed ``args`` and write the outputs (module docstring)."""
     from hyperx.loop import log_grid, run_chunks
@@ -254,24 +275,36 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.seed + args.seeds + 1 > INT32_MAX:
         fail(f"--seed, --seeds: expected seed ids in [0, {INT32_MAX - 1}], got {args.seed} .. "
              f"{args.seed + args.seeds}")
-    if routing:
-        game, setting, matchups, equilibrium_delay = _routing(args)
-        num_actions, per_seed = (), 4.0 * args.steps * (args.controlled + 2)
-    else:
-        num_actions = _num_actions(args)
-        matchups = _matchups(args, num_actions)
-        per_seed = 16.0 * args.steps * len(num_actions) + 8.0 * math.prod(num_actions)
-    try:
-        checkpoints = log_grid(args.steps, args.points)
-    except ValueError as err:
-        fail(str(err).replace(f"num = {args.points}", f"--points {args.points}"))
-    part = min(args.seeds, args.seeds_per_part)
-    try:
-        check_memory(f"--seeds-per-part {args.seeds_per_part}", part * per_seed,
-                     host_memory_bytes(), "memory for one part's rounds")
-    except ValueError as err:
-        fail(str(err))
+    with memory_estimates() as memory:
+        if routing:
+            game, setting, matchups, equilibrium_delay = _routing(
+                args, build=not args.dry_run)
+            num_actions, per_seed = (), 4.0 * args.steps * (args.controlled + 2)
+        else:
+            num_actions = _num_actions(args)
+            matchups = _matchups(args, num_actions)
+            per_seed = 16.0 * args.steps * len(num_actions) + 8.0 * math.prod(num_actions)
+        try:
+            checkpoints = log_grid(args.steps, args.points)
+        except ValueError as err:
+            fail(str(err).replace(f"num = {args.points}", f"--points {args.points}"))
+        part = min(args.seeds, args.seeds_per_part)
+        try:
+            check_memory(f"--seeds-per-part {args.seeds_per_part}", part * per_seed,
+                         host_memory_bytes(), "memory for one part's rounds")
+        except ValueError as err:
+            fail(str(err))
     settings = {key: getattr(args, key) for key in SETTINGS}
+    if args.dry_run:
+        check_out_rules(args.out, "games", settings, resume=args.resume,
+                        overwrite=args.overwrite)
+        rate = None if routing else GAMES_RATE
+        return report("games", out=args.out, outputs=OUTPUTS, memory=memory,
+                      resume=args.resume, work=[WorkEstimate(
+                          args.steps * args.seeds * len(matchups), "seed-round", rate,
+                          "sioux_falls not measured" if routing else
+                          "GP-MW against Exp3.P, K = 30, 1,000 seeds, "
+                          "benchmarks/results/games.json", 5.0 * len(matchups))])
     out, _ = prepare_out(args.out, "games", settings, resume=args.resume,
                          overwrite=args.overwrite, outputs=OUTPUTS)
     (out / "parts").mkdir(exist_ok=True)
@@ -304,7 +337,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     summary = _write_outputs(out, args, matchups, blocks)
     if routing:
         summary["equilibrium_relative_delay"] = equilibrium_delay
-        write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        write_summary_json(out, summary)
     write_manifest(out, "games", settings, complete=True)
     if not args.quiet:
         print(format_table(summary))
@@ -349,7 +382,7 @@ def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
                 summary["matchups"][text]["mean_regret"] = interval95(
                     np.mean(np.array(finals), axis=0))
     tmp.replace(out / "regret.csv")
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_summary_json(out, summary)
     plot_games_csv(out)
     return summary
 

@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import csv
 import io
-import json
 import os
 import sys
 import time
@@ -40,7 +39,16 @@ from hyperx._argparse import (
     non_negative_int,
     positive_int,
 )
-from hyperx._rundir import prepare_out, sigint_held, write_atomic, write_manifest
+from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
+from hyperx._rundir import (
+    check_out_rules,
+    device_line,
+    prepare_out,
+    sigint_held,
+    write_atomic,
+    write_manifest,
+    write_summary_json,
+)
 
 if TYPE_CHECKING:
     import jax
@@ -50,7 +58,10 @@ if TYPE_CHECKING:
     from hyperx.llm.train import Trainer
 
 OUTPUTS = ("metrics.csv", "summary.json", "curves.png", "checkpoints")
-NOT_SETTINGS = ("func", "command", "quiet", "overwrite", "resume", "out")
+DESCRIPTION = ("RL of a small causal LM on a verifiable task under a training-inference "
+               "mismatch: a supervised warm-up, then the RL loop with a rollout correction; "
+               "writes metrics.csv, summary.json, curves.png and checkpoints/ to --out.")
+NOT_SETTINGS = ("func", "command", "quiet", "overwrite", "resume", "out", "dry_run")
 """Options that do not change what a run computes (left out of ``run.json``'s settings)."""
 PLOTTED = (("reward", "mean reward"), ("response_length", "response length (tokens)"),
            ("mismatch_kl", "mismatch KL (k1)"), ("grad_norm", "gradient norm"),
@@ -129,13 +140,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory")
     add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_dry_run_option(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``llm`` subcommand to a ``hyperx`` subparsers object; returns its parser."""
     parser = subparsers.add_parser("llm", help="RL of a small LM under a training-inference "
                                    "mismatch, with rollout corrections",
-                                   description=__doc__.splitlines()[0])
+                                   description=DESCRIPTION)
     add_arguments(parser)
     parser.set_defaults(func=run_from_args)
     return parser
@@ -143,7 +155,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hyperx llm`` with ``argv`` (the arguments after ``llm``)."""
-    parser = OneLineParser(prog="hyperx llm", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="hyperx llm", description=DESCRIPTION)
     add_arguments(parser)
     return run_from_args(parser.parse_args(argv))
 
@@ -276,6 +288,30 @@ def _warm_start(args: argparse.Namespace, trainer: Trainer, train_lm: LanguageMo
     return _initial_carry(trainer, params, key, before)
 
 
+STEP_TIME = (0.0886, 17.7, 64, 2, 128)
+"""The median RL step time in seconds and the first step's (compilation included) of the
+benchmark model (d_model 64, 2 layers) on 16 x 8 = 128 responses, on the 2-core CPU
+(``benchmarks/results/llm_step_time.json``): the dry run scales the step time by the width
+squared, the depth and the responses."""
+
+
+def _work(args: argparse.Namespace) -> list[WorkEstimate]:
+    """The dry run's time: the RL steps at the benchmark's rate scaled to this model and
+    batch; the warm-up's steps (no measured rate)."""
+    seconds, compile_s, width, depth, responses = STEP_TIME
+    if args.hf_path is None:
+        scale = ((args.d_model / width) ** 2 * args.layers / depth
+                 * args.prompts * args.group_size / responses)
+        rl_steps = WorkEstimate(args.steps, "RL step", 1 / (seconds * max(scale, 0.1)),
+                                f"the benchmark model's step time scaled to --d-model "
+                                f"{args.d_model}, --layers {args.layers}", compile_s)
+    else:
+        rl_steps = WorkEstimate(args.steps, "RL step", None, "a loaded model is not measured")
+    return [WorkEstimate(args.warmup_steps, "warm-up step", None,
+                         f"supervised steps on {WARMUP_BATCH} sequences, not benchmarked"),
+            rl_steps]
+
+
 def read_metrics(path: Path, steps: int) -> list[dict[str, float]]:
     """The first ``steps`` rows of a ``metrics.csv`` as :func:`hyperx.llm.train.train` logged
     them (floats, written as ``repr`` so read back exactly); ``ValueError`` when the file holds
@@ -302,6 +338,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     import jax
     import numpy as np
 
+    from hyperx._validation import memory_estimates
     from hyperx.checkpoint import CheckpointManager
     from hyperx.llm import train as rl
     from hyperx.llm.tasks import Task
@@ -311,12 +348,17 @@ def run_from_args(args: argparse.Namespace) -> int:
         task = Task(args.task, args.difficulty, reward_type=args.reward)
     except ValueError as err:
         fail(f"--difficulty: {err}")
-    if args.hf_path is None:  # sizes before --out is touched (a loaded model: after _build)
-        module = _module(args, task)
-        shapes = jax.eval_shape(module.init, jax.random.key(0),
-                                jax.ShapeDtypeStruct((1, task.prompt_len), np.int32))
-        _check_sizes(args, task, *rl.transformer_lms(module, args.rollout_dtype), shapes)
+    with memory_estimates() as memory:
+        if args.hf_path is None:  # sizes before --out is touched (a loaded model: after _build)
+            module = _module(args, task)
+            shapes = jax.eval_shape(module.init, jax.random.key(0),
+                                    jax.ShapeDtypeStruct((1, task.prompt_len), np.int32))
+            _check_sizes(args, task, *rl.transformer_lms(module, args.rollout_dtype), shapes)
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
+    if args.dry_run:
+        check_out_rules(args.out, "llm", settings, resume=args.resume, overwrite=args.overwrite)
+        return report("llm", out=args.out, outputs=OUTPUTS, memory=memory, resume=args.resume,
+                      work=_work(args))
     out, manifest = prepare_out(args.out, "llm", settings, resume=args.resume,
                                 overwrite=args.overwrite, outputs=OUTPUTS)
     if manifest is not None and manifest.get("complete"):
@@ -372,6 +414,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         with resources:  # closes what the set-up opened if the set-up fails
             manager = resources.enter_context(contextlib.closing(
                 CheckpointManager(str(out / "checkpoints"), settings)))
+            if not args.quiet:
+                sys.stderr.write(device_line("hyperx llm") + "\n")
             if manager.latest_step() is None:
                 if not args.quiet:
                     sys.stderr.write(
@@ -445,7 +489,7 @@ def _write_outputs(args: argparse.Namespace, out: Path, settings: dict[str, Any]
         "wall_s": time.perf_counter() - start,
         **summarize(done),
     }
-    write_atomic(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_summary_json(out, summary)
     if done:
         plot_curves({args.correction: done}, os.path.join(args.out, "curves.png"),
                     title=f"{args.task} (difficulty {args.difficulty}), {args.rollout_dtype} "
@@ -500,6 +544,28 @@ def write_metrics(history: list[dict[str, float]], path: str | Path) -> None:
     for h in history:
         writer.writerow([int(h.get("step", 0)), *(h.get(k, "") for k in keys)])
     write_atomic(Path(path), text.getvalue())
+
+
+def plot_metrics_csv(directory: str | Path) -> Path:
+    """Redraw ``curves.png`` of a ``hyperx llm`` run from its ``metrics.csv``; returns the
+    path. ``ValueError`` names a damaged file."""
+    from hyperx._rundir import read_manifest
+
+    directory = Path(directory)
+    path = directory / "metrics.csv"
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        try:
+            history = [{k: float(v) for k, v in row.items() if v != ""} for row in reader]
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: line {reader.line_num} is not numbers") from None
+    if not history or "step" not in history[0]:
+        raise ValueError(f"{path}: holds no steps (nothing to plot)")
+    settings = (read_manifest(directory) or {}).get("settings") or {}
+    plot_curves({settings.get("correction", "run"): history}, str(directory / "curves.png"),
+                title=f"{settings.get('task', 'llm')}, {settings.get('rollout_dtype', '')} "
+                      f"sampler, lag {settings.get('lag', 0)}")
+    return directory / "curves.png"
 
 
 def plot_curves(runs: dict[str, list[dict[str, float]]], path: str, *, title: str = "",

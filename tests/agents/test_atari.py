@@ -112,8 +112,9 @@ def test_resumed_cli_log_appends_and_the_end_rewrites_the_games(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--game", "Tetris2"], "--game: expected an Atari game"),
-    (["--backend", "gym"], "--backend: expected one of envpool, ale"),
-    (["--agent", "ppo"], "--agent: expected one of"),
+    (["--game", "breakout2"], "did you mean Breakout?"),
+    (["--backend", "gym"], "argument --backend: invalid choice: 'gym' (choose from"),
+    (["--agent", "ppo"], "argument --agent: invalid choice: 'ppo' (choose from"),
     (["--envs-per-seed", "0"], "--envs-per-seed"),
     (["--steps", "4", "--envs-per-seed", "8"], "--envs-per-seed: expected at most"),
     (["--agent", "hyperdqn", "--envs-per-seed", "3"], "--envs-per-seed: expected a multiple"),

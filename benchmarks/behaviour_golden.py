@@ -46,7 +46,7 @@ COMMANDS = {
 }
 """Each command's arguments (``--out`` is added)."""
 VOLATILE = re.compile(r"(^|_)(time|times|seconds|secs|wall|elapsed|date|started|finished|"
-                      r"created|host|hostname|commit|version|jax|machine|device|platform|"
+                      r"created|host|hostname|commit|version|jax|machine|device|platform|environment|"
                       r"out|path|command|argv)($|_)|per_s$|_s$|_ms$")
 """Column and key names that measure time or name the machine, the checkout or the folder."""
 SKIPPED = {".png", ".pdf", ".svg"}

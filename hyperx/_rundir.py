@@ -5,8 +5,10 @@ run has finished) beside its outputs. :func:`prepare_out` is called before anyth
 computed:
 
 - ``--out`` must be a directory path that can be created and written;
-- an empty or new directory starts a fresh run; so does the directory of an earlier run with
-  the same settings (its outputs are replaced) unless ``--resume`` continues it;
+- an empty or new directory starts a fresh run; so does the directory of an unfinished earlier
+  run with the same settings (its outputs are replaced) unless ``--resume`` continues it;
+- the same command on its finished run does nothing and says the run is complete, with or
+  without ``--resume`` (``--overwrite`` runs it again);
 - a directory holding a different run, or files that are not a hyperx run, is refused unless
   ``--overwrite`` (which removes the files this command writes, and only those) is given;
   ``--resume`` into a different run names the first differing option and both values.
@@ -211,8 +213,9 @@ def remove_outputs(out: Path, names: Iterable[str]) -> None:
 def check_out_rules(out: str, command: str, settings: dict[str, Any], *, resume: bool,
                     overwrite: bool) -> dict[str, Any] | None:
     """The run-directory rules of :func:`prepare_out` without touching ``out`` (what
-    ``--dry-run`` checks): returns the manifest a ``--resume`` continues, else ``None``; exits
-    with a one-line error when the directory cannot be used."""
+    ``--dry-run`` checks): returns the manifest a ``--resume`` continues, or that of the same
+    run already complete (with or without ``--resume``; ``--overwrite`` runs it again), else
+    ``None``; exits with a one-line error when the directory cannot be used."""
     check_out_usable(out)
     path = Path(out)
     manifest = read_manifest(path) if path.is_dir() else None
@@ -230,6 +233,8 @@ def check_out_rules(out: str, command: str, settings: dict[str, Any], *, resume:
                  f"{_option(first_difference(manifest.get('settings') or {}, settings) or '')}; "
                  "rerun with the saved options or choose another --out")
         return manifest
+    if same and manifest.get("complete") and not overwrite:
+        return manifest  # the finished run itself: the command says so and does nothing
     if path.is_dir() and any(path.iterdir()) and not same and not overwrite:
         if manifest is not None:
             diff = first_difference(manifest.get("settings") or {}, settings)

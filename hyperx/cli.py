@@ -152,6 +152,8 @@ def _deepsea(args: argparse.Namespace) -> int:
     from hyperx.agents.deepsea_report import ReturnsWriter, describe, write_outputs
     from hyperx.loop import TrainingInterrupted
 
+    if args.eval_only:
+        return _deepsea_eval_only(args)
     with memory_estimates() as memory:
         config, program = _check_deepsea(args)
     settings = {key: getattr(args, key) for key in DEEPSEA_SETTINGS}
@@ -204,6 +206,52 @@ def _deepsea(args: argparse.Namespace) -> int:
           f"{describe(summary)}; {rate:.0f} env steps/s summed over "
           f"{plural(args.seeds, 'seed')} ({rate / args.seeds:.0f} per seed, the bar's unit); "
           f"wrote {out}")
+    return 0
+
+
+def _deepsea_eval_only(args: argparse.Namespace) -> int:
+    """``--eval-only``: greedy episodes of the saved agent of the run in ``--out``, under
+    that run's settings (:func:`hyperx.agents.deepsea.evaluate_saved`); writes
+    ``eval_only.json``."""
+    import json
+
+    from hyperx._rundir import environment, read_manifest, write_atomic
+    from hyperx.agents import get_config
+    from hyperx.agents.deepsea import evaluate_saved
+
+    out = Path(args.out)
+    manifest = read_manifest(out) if out.is_dir() else None
+    if manifest is None or manifest.get("command") != "deepsea":
+        fail(f"--eval-only: {args.out!r} holds no hyperx deepsea run (its run.json is missing "
+             "or names another command); pass the --out of a run made with --checkpoint")
+    run = argparse.Namespace(**{**vars(args), **(manifest.get("settings") or {})})
+    if not run.checkpoint:
+        fail(f"--eval-only: the run in {args.out!r} was made without --checkpoint, so no agent "
+             "was saved; train with --checkpoint to evaluate it later")
+    if args.dry_run:
+        return report("deepsea", out=args.out, outputs=["eval_only.json"], memory=[],
+                      resume=True, work=[WorkEstimate(run.seeds * args.eval_episodes,
+                                                      "evaluation episode", None,
+                                                      f"{run.size} steps each")])
+    mapping = (list(range(run.mapping_seed, run.mapping_seed + run.seeds))
+               if run.per_seed_mappings else run.mapping_seed)
+    try:
+        saved = evaluate_saved(str(out / "checkpoints"), get_config(run.agent), run.size,
+                               run.episodes, num_seeds=run.seeds, seed=run.seed,
+                               mapping_seeds=mapping, chunk_steps=run.chunk_steps,
+                               episodes=args.eval_episodes)
+    except ValueError as err:
+        fail(f"--eval-only: {err}")
+    found = saved.treasure.mean(axis=1)
+    result = {"env_step": saved.env_step, "protocol": saved.protocol,
+              "treasure_fraction_per_seed": found.tolist(),
+              "return_mean_per_seed": saved.returns.mean(axis=1).tolist(),
+              "returns": saved.returns.tolist(), "environment": environment()}
+    write_atomic(out / "eval_only.json", json.dumps(result, indent=2) + "\n")
+    print(f"{run.agent} on DeepSea({run.size}), the checkpoint of env step {saved.env_step}: "
+          f"{plural(int((found > 0).sum()), 'seed')} of {run.seeds} reach the treasure, in "
+          f"{found.mean():.0%} of {plural(args.eval_episodes, 'greedy episode')} per seed; "
+          f"wrote {out / 'eval_only.json'}")
     return 0
 
 
@@ -286,6 +334,12 @@ def _add_deepsea_parser(sub: argparse._SubParsersAction) -> None:
     deep.add_argument("--checkpoint", action="store_true",
                       help="checkpoint to OUT/checkpoints after each chunk (--resume continues)")
     add_run_dir_options(deep)
+    deep.add_argument("--eval-only", action="store_true",
+                      help="instead of training, play greedy episodes with the newest intact "
+                           "checkpoint of the run in --out (the settings in its run.json); "
+                           "writes OUT/eval_only.json")
+    deep.add_argument("--eval-episodes", type=positive_int, default=10,
+                      help="with --eval-only: greedy episodes per seed")
     deep.add_argument("--quiet", action="store_true", help="no progress bar")
     add_dry_run_option(deep)
     deep.set_defaults(func=_deepsea)

@@ -36,17 +36,24 @@ def test_atari_with_its_progress_bar_writes_the_summary_and_plot(terminal, tmp_p
     """The documented ``hyperx atari --game Pong --agent dqn ...`` command without ``--quiet``,
     at a tiny size (a tiny replay, two chunks; about a minute and a half on two loaded cores,
     the environment's and the loop's compiles: slow)."""
-    run = terminal(["atari", "--game", "Pong", "--agent", "dqn", "--steps", "256",
-                    "--envs-per-seed", "4", "--eval-every", "128", "--eval-episodes", "1",
-                    "--learning-starts", "64", "--buffer-size", "512", "--out", "run"],
-                   cwd=tmp_path)
-    text = _check_ran(run, bar="atari")
+    argv = ["atari", "--game", "pong", "--agent", "dqn", "--steps", "256", "--envs-per-seed",
+            "4", "--eval-every", "128", "--eval-episodes", "1", "--learning-starts", "64",
+            "--buffer-size", "512", "--checkpoint", "--out", "run"]
+    text = _check_ran(terminal(argv, cwd=tmp_path), bar="atari")
     assert "compiling the training loop" in text
     assert "env steps/s" in text and "final greedy score" in text
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["env_steps_per_seed"] == 256
+    assert summary["env_steps_per_seed"] == 256 and summary["game"] == "Pong"
     assert (tmp_path / "run" / "returns.png").stat().st_size > 1000
     _check_recorded(tmp_path / "run")
+    again = terminal([*argv, "--resume"], cwd=tmp_path)
+    assert again.returncode == 0 and "run is complete" in again.text, again.text
+    run = terminal(["atari", "--eval-only", "--record-video", "1", "--out", "run"],
+                   cwd=tmp_path)
+    assert run.returncode == 0 and "the checkpoint of env step 256" in run.text, run.text
+    result = json.loads((tmp_path / "run" / "eval_only.json").read_text())
+    assert result["env_step"] == 256 and len(result["scores"]) == 1
+    assert (tmp_path / "run" / "videos" / "seed0_game0.mp4").stat().st_size > 1000
 
 
 def test_bandit_with_its_progress_bar(terminal, tmp_path):
@@ -58,13 +65,23 @@ def test_bandit_with_its_progress_bar(terminal, tmp_path):
     _check_recorded(tmp_path / "b")
 
 
-def test_deepsea_with_its_progress_bar(terminal, tmp_path):
-    run = terminal(["deepsea", "--size", "4", "--seeds", "2", "--episodes", "40", "--out", "d"],
-                   cwd=tmp_path)
-    text = _check_ran(run, bar="deepsea")
+def test_deepsea_with_its_progress_bar_then_eval_only(terminal, tmp_path):
+    argv = ["deepsea", "--size", "4", "--seeds", "2", "--episodes", "40", "--checkpoint",
+            "--out", "d"]
+    text = _check_ran(terminal(argv, cwd=tmp_path), bar="deepsea")
     assert "env steps/s summed over 2 seeds" in text, text
     assert (tmp_path / "d" / "deepsea.png").exists()
     _check_recorded(tmp_path / "d")
+    again = terminal(argv, cwd=tmp_path)
+    assert again.returncode == 0 and "run is complete" in again.text, again.text
+    run = terminal(["deepsea", "--eval-only", "--eval-episodes", "3", "--out", "d"],
+                   cwd=tmp_path)
+    assert run.returncode == 0 and "the checkpoint of env step 160" in run.text, run.text
+    result = json.loads((tmp_path / "d" / "eval_only.json").read_text())
+    assert result["env_step"] == 160 and len(result["returns"]) == 2
+    assert all(len(r) == 3 for r in result["returns"])
+    refused = terminal(["deepsea", "--eval-only", "--out", "elsewhere"], cwd=tmp_path)
+    assert refused.returncode == 2 and "holds no hyperx deepsea run" in refused.text
 
 
 def test_games_with_its_progress_bar(terminal, tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 
 DESCRIPTION = ("Train a value-based agent on an Atari game through envpool or ale-py; the "
                "whole loop runs as one compiled scan, evaluated between chunks.")
+NOT_SETTINGS = ("func", "out", "quiet", "resume", "overwrite", "command", "dry_run",
+                "eval_only", "record_video")
+"""Options that do not change what a run computes (left out of ``run.json``'s settings)."""
 OUTPUTS = ("episodes.csv", "evaluations.csv", "metrics.csv", "summary.json", "returns.png",
            "tb", "checkpoints")
 
@@ -99,6 +103,13 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", action="store_true",
                    help="checkpoint to OUT/checkpoints after each chunk")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--eval-only", action="store_true",
+                   help="instead of training, evaluate the newest intact checkpoint of the run "
+                        "in --out under its own protocol (the settings in its run.json); "
+                        "writes OUT/eval_only.json")
+    p.add_argument("--record-video", type=non_negative_int, default=0, metavar="N",
+                   help="with --eval-only: write seed 0's first N evaluation games as MP4 to "
+                        "OUT/videos (needs the video extra: pip install 'hyperx-rl[video]')")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_run_dir_options(p)
     add_dry_run_option(p)
@@ -139,14 +150,18 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run ``hyperx atari`` from parsed arguments; returns the exit status."""
     from hyperx.agents.core import updates_per_iteration
 
+    if args.eval_only:
+        return _eval_only(args)
+    if args.record_video:
+        fail("--record-video: records the games of --eval-only; add --eval-only (and train "
+             "with --checkpoint first)")
     _validate(args)
     config = _config(args)
     try:
         updates_per_iteration(config, args.envs_per_seed)
     except ValueError as err:
         fail(str(err).replace("num_envs:", "--envs-per-seed:"))
-    settings = {k: v for k, v in vars(args).items()
-                if k not in ("func", "out", "quiet", "resume", "overwrite", "command", "dry_run")}
+    settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
     if args.resume and not args.checkpoint:
         fail(f"--resume: {args.out!r} was run without --checkpoint, so there is no state to "
              "resume from; rerun without --resume")
@@ -199,6 +214,64 @@ def run_from_args(args: argparse.Namespace) -> int:
           f"{result.steps_done} steps: final greedy score "
           f"{'n/a' if final is None else f'{final:.1f}'}, "
           f"{result.env_steps_per_s:.0f} env steps/s; wrote {out}")
+    return 0
+
+
+def _eval_only(args: argparse.Namespace) -> int:
+    """``--eval-only``: evaluate the saved agent of the run in ``--out`` under that run's
+    settings and protocol (:func:`hyperx.agents.atari_eval.evaluate_saved`), with the run's
+    games per evaluation (10 when the run evaluated none); writes ``eval_only.json``."""
+    from hyperx._rundir import environment, read_manifest
+
+    out = Path(args.out)
+    manifest = read_manifest(out) if out.is_dir() else None
+    if manifest is None or manifest.get("command") != "atari":
+        fail(f"--eval-only: {args.out!r} holds no hyperx atari run (its run.json is missing or "
+             "names another command); pass the --out of a run made with --checkpoint")
+    run = argparse.Namespace(**{**vars(args), **(manifest.get("settings") or {})})
+    if not run.checkpoint:
+        fail(f"--eval-only: the run in {args.out!r} was made without --checkpoint, so no agent "
+             "was saved; train with --checkpoint to evaluate it later")
+    episodes = run.eval_episodes or 10
+    if args.record_video > episodes:
+        fail(f"--record-video: expected at most the {episodes} games it evaluates per seed, "
+             f"got {args.record_video}")
+    config = _config(run)
+    if args.dry_run:
+        from hyperx._dryrun import WorkEstimate, report
+
+        return report("atari", out=args.out, outputs=["eval_only.json"]
+                      + (["videos"] if args.record_video else []), memory=[], resume=True,
+                      work=[WorkEstimate(run.seeds * episodes, "evaluation game", None,
+                                         f"up to {run.eval_max_steps:,} agent steps each")])
+    from hyperx.agents.atari_eval import evaluate_saved
+
+    try:
+        saved = evaluate_saved(
+            str(out / "checkpoints"), config, run.game, steps=run.steps, seeds=run.seeds,
+            envs_per_seed=run.envs_per_seed, backend=run.backend, seed=run.seed,
+            eval_every=run.eval_every, eval_episodes=run.eval_episodes,
+            eval_at_start=run.eval_at_start, chunk_steps=run.chunk_steps,
+            sticky_actions=run.sticky_actions, episodes=episodes,
+            eval_max_steps=run.eval_max_steps, record_video=args.record_video,
+            video_dir=str(out / "videos"))
+    except ValueError as err:
+        fail(f"--eval-only: {err}")
+    except ImportError as err:
+        fail(f"--record-video: {err}")
+    means = saved.scores.mean(axis=1)
+    result = {"env_step": saved.env_step, "protocol": saved.protocol,
+              "score_mean": float(means.mean()), "score_mean_per_seed": means.tolist(),
+              "scores": saved.scores.tolist(), "videos": list(saved.videos),
+              "environment": environment()}
+    write_atomic(out / "eval_only.json", json.dumps(json_safe(result), indent=2,
+                                                    allow_nan=False) + "\n")
+    videos = (f", {plural(len(saved.videos), 'video')} in {out / 'videos'}"
+              if saved.videos else "")
+    print(f"{run.agent} on {run.game}, the checkpoint of env step {saved.env_step}: mean score "
+          f"{result['score_mean']:.1f} over {plural(run.seeds, 'seed')} x "
+          f"{plural(episodes, 'game')} ({saved.protocol}); wrote {out / 'eval_only.json'}"
+          f"{videos}")
     return 0
 
 

@@ -32,6 +32,7 @@ from hyperx._argparse import (
     positive_int,
 )
 from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
+from hyperx._tracking import Tracker, add_tracking_option, check_tracking
 from hyperx._validation import memory_estimates, plural
 
 DESCRIPTION = ("hyperx: JAX-native exploration under uncertainty. Run a subcommand with --help "
@@ -136,7 +137,7 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-DEEPSEA_OUTPUTS = ("returns.csv", "summary.json", "deepsea.png", "checkpoints")
+DEEPSEA_OUTPUTS = ("returns.csv", "summary.json", "deepsea.png", "tb", "wandb", "checkpoints")
 DEEPSEA_SETTINGS = ("size", "agent", "seeds", "episodes", "seed", "mapping_seed",
                     "per_seed_mappings", "chunk_steps", "checkpoint")
 
@@ -147,13 +148,16 @@ one program, on the 2-core CPU (``benchmarks/results/deepsea_throughput.json``).
 
 
 def _deepsea(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from hyperx._rundir import check_out_rules, prepare_out, write_manifest
     from hyperx.agents.deepsea import train_deepsea
     from hyperx.agents.deepsea_report import ReturnsWriter, describe, write_outputs
-    from hyperx.loop import TrainingInterrupted
+    from hyperx.loop import Chunk, TrainingInterrupted
 
     if args.eval_only:
         return _deepsea_eval_only(args)
+    check_tracking(args.track)
     with memory_estimates() as memory:
         config, program = _check_deepsea(args)
     settings = {key: getattr(args, key) for key in DEEPSEA_SETTINGS}
@@ -161,7 +165,9 @@ def _deepsea(args: argparse.Namespace) -> int:
         check_out_rules(args.out, "deepsea", settings, resume=args.resume,
                         overwrite=args.overwrite)
         return report("deepsea", out=args.out, resume=args.resume, memory=memory,
-                      outputs=[o for o in DEEPSEA_OUTPUTS if o != "checkpoints" or args.checkpoint],
+                      outputs=[o for o in DEEPSEA_OUTPUTS
+                               if (o != "checkpoints" or args.checkpoint)
+                               and (o != "wandb" or args.track)],
                       work=[WorkEstimate(args.size * args.episodes * args.seeds, "env step",
                                          DEEPSEA_RATE, "hyperagent on DeepSea(10), 8 to 64 "
                                          "seeds, benchmarks/results/deepsea_throughput.json",
@@ -178,14 +184,25 @@ def _deepsea(args: argparse.Namespace) -> int:
     mapping = (list(range(args.mapping_seed, args.mapping_seed + args.seeds))
                if args.per_seed_mappings else args.mapping_seed)
     writer = ReturnsWriter(out / "returns.csv")
+    tracker = Tracker(out, "deepsea", settings, track=args.track)
+
+    def log_chunk(chunk: Chunk) -> None:
+        first, episodes = writer.written or 0, chunk.done // args.size
+        writer(chunk.carry.seeds.returns, chunk.carry.seeds.bad, episodes)
+        if episodes > first:
+            block = np.asarray(chunk.carry.seeds.returns[:, first:episodes])
+            bad = np.asarray(chunk.carry.seeds.bad[:, first:episodes])
+            tracker.log({"return_mean": block.mean(), "bad_fraction": bad.mean(),
+                         **{f"seed{s}/return": block[s].mean() for s in range(args.seeds)}},
+                        chunk.done)
+            tracker.flush()
+
     try:
         result = train_deepsea(
             config, args.size, args.episodes, num_seeds=args.seeds, seed=args.seed,
             mapping_seeds=mapping, chunk_steps=args.chunk_steps,
             checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
-            progress=not args.quiet, program=program,
-            on_chunk=lambda c: writer(c.carry.seeds.returns, c.carry.seeds.bad,
-                                      c.done // args.size))
+            progress=not args.quiet, program=program, on_chunk=log_chunk)
     except TrainingInterrupted as stop:
         where = (f"checkpoint at step {stop.checkpoint_step} in {out / 'checkpoints'}; rerun the "
                  "same command with --resume to continue" if stop.checkpoint_step is not None
@@ -194,6 +211,8 @@ def _deepsea(args: argparse.Namespace) -> int:
                     f"finished episodes are in {out / 'returns.csv'}; {where}")
     except ValueError as err:
         fail(str(err))
+    finally:
+        tracker.close()
     summary = write_outputs(result, str(out), agent=args.agent, size=args.size,
                             returns=writer.written is None)
     write_manifest(out, "deepsea", settings, complete=True)
@@ -341,6 +360,7 @@ def _add_deepsea_parser(sub: argparse._SubParsersAction) -> None:
     deep.add_argument("--eval-episodes", type=positive_int, default=10,
                       help="with --eval-only: greedy episodes per seed")
     deep.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_tracking_option(deep)
     add_dry_run_option(deep)
     deep.set_defaults(func=_deepsea)
 

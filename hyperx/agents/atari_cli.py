@@ -38,6 +38,7 @@ from hyperx._rundir import (
     write_manifest,
     write_summary_json,
 )
+from hyperx._tracking import Tracker, add_tracking_option, check_tracking
 from hyperx._validation import plural
 
 if TYPE_CHECKING:
@@ -46,10 +47,10 @@ if TYPE_CHECKING:
 DESCRIPTION = ("Train a value-based agent on an Atari game through envpool or ale-py; the "
                "whole loop runs as one compiled scan, evaluated between chunks.")
 NOT_SETTINGS = ("func", "out", "quiet", "resume", "overwrite", "command", "dry_run",
-                "eval_only", "record_video")
+                "eval_only", "record_video", "track")
 """Options that do not change what a run computes (left out of ``run.json``'s settings)."""
 OUTPUTS = ("episodes.csv", "evaluations.csv", "metrics.csv", "summary.json", "returns.png",
-           "tb", "checkpoints")
+           "tb", "wandb", "checkpoints")
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -112,6 +113,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "OUT/videos (needs the video extra: pip install 'hyperx-rl[video]')")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_run_dir_options(p)
+    add_tracking_option(p)
     add_dry_run_option(p)
     p.set_defaults(func=run_from_args)
     return p
@@ -165,6 +167,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.resume and not args.checkpoint:
         fail(f"--resume: {args.out!r} was run without --checkpoint, so there is no state to "
              "resume from; rerun without --resume")
+    check_tracking(args.track)
     if args.dry_run:
         return _dry_run(args, config, settings)
     out, manifest = prepare_out(args.out, "atari", settings, resume=args.resume,
@@ -177,7 +180,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     from hyperx.agents.atari import train_atari
     from hyperx.loop import TrainingInterrupted
 
-    log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps, resume=args.resume)
+    log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps, resume=args.resume,
+                 tracker=Tracker(out, "atari", settings, track=args.track))
     try:
         result = train_atari(
             config, args.game, steps=args.steps, seeds=args.seeds,
@@ -302,7 +306,8 @@ def _dry_run(args: argparse.Namespace, config: Any, settings: dict[str, Any]) ->
     rate = 1 / (1 / no_learning + update / config.update_every)
     evaluations = (args.steps // (args.eval_every or max(args.steps // 10, 1))
                    + int(args.eval_at_start))
-    outputs = [o for o in OUTPUTS if o != "checkpoints" or args.checkpoint]
+    outputs = [o for o in OUTPUTS
+               if (o != "checkpoints" or args.checkpoint) and (o != "wandb" or args.track)]
     return report("atari", out=args.out, outputs=outputs, memory=memory, resume=args.resume,
                   work=[WorkEstimate(args.steps * args.seeds, "env step", rate,
                                      f"{measured}'s measured update and acting cost at "
@@ -332,11 +337,13 @@ def write_games(out: Path, result: Any) -> None:
 
 
 class RunLog:
-    """Per-chunk logging: CSV rows (episodes, evaluations, metrics), TensorBoard, a bar."""
+    """Per-chunk logging: CSV rows (episodes, evaluations, metrics), the tracker's scalars
+    (TensorBoard, W&B), a bar."""
 
     def __init__(self, out: Path, seeds: int, *, progress: bool, total: int,
-                 resume: bool = False):
-        """A resumed run (``resume``) appends to the CSVs already in ``out``."""
+                 resume: bool = False, tracker: Tracker | None = None):
+        """A resumed run (``resume``) appends to the CSVs already in ``out``; ``tracker``
+        (:class:`hyperx._tracking.Tracker`) receives each chunk's scalars."""
         self.out, self.seeds = out, seeds
         self._files = {}
         self._writers = {}
@@ -348,12 +355,7 @@ class RunLog:
             self._writers[name] = csv.DictWriter(f, fieldnames=fields)
             if not append:
                 self._writers[name].writeheader()
-        try:
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(str(out / "tb"))
-        except ImportError:
-            self._tb = None
+        self._tracker = tracker
         self._bar = None
         self._progress, self._total = progress, total
         if progress:
@@ -367,6 +369,7 @@ class RunLog:
         for row in metrics["episodes"]:
             self._writers["episodes"].writerow(row)
         scores = metrics["scores"]
+        scalars: dict[str, float | None] = {"env_steps_per_s": metrics["steps_per_s"]}
         for s in range(self.seeds):
             games = [r["score"] for r in metrics["episodes"] if r["seed"] == s]
             eval_score = None if scores is None else float(np.mean(scores[s]))
@@ -379,13 +382,11 @@ class RunLog:
                        eval_score="" if eval_score is None else eval_score,
                        env_steps_per_s=metrics["steps_per_s"])
             self._writers["metrics"].writerow(row)
-            if self._tb is not None:
-                for key in ("loss", "train_score", "eval_score"):
-                    if row[key] != "":
-                        self._tb.add_scalar(f"seed{s}/{key}", row[key], step)
-        if self._tb is not None:
-            self._tb.add_scalar("env_steps_per_s", metrics["steps_per_s"], step)
-            self._tb.flush()
+            scalars.update({f"seed{s}/{key}": row[key] or None
+                            for key in ("loss", "train_score", "eval_score")})
+        if self._tracker is not None:
+            self._tracker.log(scalars, step)
+            self._tracker.flush()
         for f in self._files.values():
             f.flush()
         if self._progress:
@@ -397,8 +398,8 @@ class RunLog:
         """Flush and close every writer."""
         for f in self._files.values():
             f.close()
-        if self._tb is not None:
-            self._tb.close()
+        if self._tracker is not None:
+            self._tracker.close()
         if self._bar is not None:
             self._bar.close()
 

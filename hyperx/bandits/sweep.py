@@ -66,6 +66,7 @@ from hyperx._rundir import (
     write_manifest,
     write_summary_json,
 )
+from hyperx._tracking import Tracker, add_tracking_option, check_tracking, log_curves
 from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.registry import (
@@ -80,7 +81,7 @@ ENV_ALIASES = {"linear": "russo"}
 CSV_COLUMNS = ("agent", "config", "seed", "t", "regret")
 TIMING_KEYS = ("wall_time_s", "compile_time_s", "run_time_s", "seed_rounds", "group_size")
 """The timings each part's JSON holds (summed over parts; ``group_size``: the largest)."""
-OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png")
+OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png", "tb", "wandb")
 SETTINGS = ("env", "dim", "arms", "steps", "seeds", "seed", "agents", "update_every", "points",
             "seeds_per_part")
 CSV_ROW_BYTES = 48
@@ -132,6 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory")
     add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    add_tracking_option(parser)
     add_dry_run_option(parser)
 
 
@@ -345,10 +347,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     settings = {key: getattr(args, key) for key in SETTINGS}
     if args.data is not None:  # only --env text has them (older run folders lack the keys)
         settings.update(data=args.data, model=args.model)
+    check_tracking(args.track)
     if args.dry_run:
         check_out_rules(args.out, "bandit", settings, resume=args.resume,
                         overwrite=args.overwrite)
-        return report("bandit", out=args.out, outputs=OUTPUTS, memory=memory,
+        return report("bandit", out=args.out, memory=memory,
+                      outputs=[o for o in OUTPUTS if o != "wandb" or args.track],
                       resume=args.resume, work=[_work(args, env, len(agents))])
     out, _ = prepare_out(args.out, "bandit", settings, resume=args.resume,
                          overwrite=args.overwrite, outputs=OUTPUTS)
@@ -395,7 +399,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         done = sum(_part_path(out, *b).exists() for b in blocks)
         interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
                     "with --resume to finish")
-    summary = _write_outputs(out, args, env, agents, checkpoints, blocks)
+    summary, curves = _write_outputs(out, args, env, agents, checkpoints, blocks)
+    if todo:  # the mean regret curves, once, when the sweep ran
+        log_curves(Tracker(out, "bandit", settings, track=args.track), "regret", checkpoints,
+                   {label: c.mean(axis=0) for label, c in curves.items()})
     write_manifest(out, "bandit", settings, complete=True)
     if not args.quiet:
         print(format_table(summary))
@@ -409,8 +416,9 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
                    checkpoints: np.ndarray, blocks: list[tuple[int, int, int]]
-                   ) -> dict[str, Any]:
-    """Join the parts on disk into regret.csv, summary.json and regret.png."""
+                   ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Join the parts on disk into regret.csv, summary.json and regret.png; returns the
+    summary and each agent's regret (seeds, checkpoints)."""
     summary: dict[str, Any] = {
         "env": args.env, "env_name": env.name, "dim": env.context_dim, "arms": env.num_arms,
         "fixed_arms": env.fixed_arms, "steps": args.steps, "seeds": args.seeds,
@@ -443,7 +451,7 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
     write_summary_json(out, summary)
     plot_regret(checkpoints, curves, out / "regret.png",
                 title=f"{env.name}: d={env.context_dim}, K={env.num_arms}, {args.seeds} seeds")
-    return summary
+    return summary, curves
 
 
 def format_table(summary: dict[str, Any]) -> str:

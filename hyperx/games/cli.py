@@ -59,11 +59,12 @@ from hyperx._rundir import (
     write_manifest,
     write_summary_json,
 )
+from hyperx._tracking import Tracker, add_tracking_option, check_tracking
 from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
 
 GAMES = ("zero_sum", "general_sum", "rps", "sioux_falls")
 CSV_COLUMNS = ("matchup", "player", "learner", "seed", "t", "regret")
-OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png")
+OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png", "tb", "wandb")
 SETTINGS = ("game", "actions", "players", "controlled", "steps", "seeds", "seed", "noise",
             "matchups",
             "points", "seeds_per_part")
@@ -102,6 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, help="output directory")
     add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    add_tracking_option(parser)
     add_dry_run_option(parser)
     parser.set_defaults(func=run_from_args)
     return parser
@@ -295,11 +297,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         except ValueError as err:
             fail(str(err))
     settings = {key: getattr(args, key) for key in SETTINGS}
+    check_tracking(args.track)
     if args.dry_run:
         check_out_rules(args.out, "games", settings, resume=args.resume,
                         overwrite=args.overwrite)
         rate = None if routing else GAMES_RATE
-        return report("games", out=args.out, outputs=OUTPUTS, memory=memory,
+        return report("games", out=args.out, memory=memory,
+                      outputs=[o for o in OUTPUTS if o != "wandb" or args.track],
                       resume=args.resume, work=[WorkEstimate(
                           args.steps * args.seeds * len(matchups), "seed-round", rate,
                           "sioux_falls not measured" if routing else
@@ -338,6 +342,17 @@ def run_from_args(args: argparse.Namespace) -> int:
     if routing:
         summary["equilibrium_relative_delay"] = equilibrium_delay
         write_summary_json(out, summary)
+    if todo:  # each matchup's final regret and gap, once, when the games ran
+        tracker = Tracker(out, "games", settings, track=args.track)
+        try:
+            tracker.log({key: value for text, entry in summary["matchups"].items()
+                         for key, value in ((f"average_regret/{text}",
+                                             entry.get("mean_regret",
+                                                       entry["average_regret"][0])["mean"]),
+                                            (f"{summary['gap']}/{text}",
+                                             entry["gap"]["mean"]))}, args.steps)
+        finally:
+            tracker.close()
     write_manifest(out, "games", settings, complete=True)
     if not args.quiet:
         print(format_table(summary))

@@ -49,6 +49,7 @@ from hyperx._rundir import (
     write_manifest,
     write_summary_json,
 )
+from hyperx._tracking import Tracker, add_tracking_option, check_tracking
 
 if TYPE_CHECKING:
     import jax
@@ -57,11 +58,11 @@ if TYPE_CHECKING:
     from hyperx.llm.tasks import Task
     from hyperx.llm.train import Trainer
 
-OUTPUTS = ("metrics.csv", "summary.json", "curves.png", "checkpoints")
+OUTPUTS = ("metrics.csv", "summary.json", "curves.png", "tb", "wandb", "checkpoints")
 DESCRIPTION = ("RL of a small causal LM on a verifiable task under a training-inference "
                "mismatch: a supervised warm-up, then the RL loop with a rollout correction; "
                "writes metrics.csv, summary.json, curves.png and checkpoints/ to --out.")
-NOT_SETTINGS = ("func", "command", "quiet", "overwrite", "resume", "out", "dry_run")
+NOT_SETTINGS = ("func", "command", "quiet", "overwrite", "resume", "out", "dry_run", "track")
 """Options that do not change what a run computes (left out of ``run.json``'s settings)."""
 PLOTTED = (("reward", "mean reward"), ("response_length", "response length (tokens)"),
            ("mismatch_kl", "mismatch KL (k1)"), ("grad_norm", "gradient norm"),
@@ -140,6 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory")
     add_run_dir_options(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_tracking_option(parser)
     add_dry_run_option(parser)
 
 
@@ -355,9 +357,11 @@ def run_from_args(args: argparse.Namespace) -> int:
                                     jax.ShapeDtypeStruct((1, task.prompt_len), np.int32))
             _check_sizes(args, task, *rl.transformer_lms(module, args.rollout_dtype), shapes)
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
+    check_tracking(args.track)
     if args.dry_run:
         check_out_rules(args.out, "llm", settings, resume=args.resume, overwrite=args.overwrite)
-        return report("llm", out=args.out, outputs=OUTPUTS, memory=memory, resume=args.resume,
+        return report("llm", out=args.out, memory=memory, resume=args.resume,
+                      outputs=[o for o in OUTPUTS if o != "wandb" or args.track],
                       work=_work(args))
     out, manifest = prepare_out(args.out, "llm", settings, resume=args.resume,
                                 overwrite=args.overwrite, outputs=OUTPUTS)
@@ -396,6 +400,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             done.append(row)
             rows.writerow([len(done), *(row.get(k, "") for k in columns)])
             stream.flush()
+            tracker.log({k: v for k, v in row.items() if k != "step"}, len(done))
         if not args.quiet:
             bar = update_bar(bar, "hyperx llm", args.steps, len(done), unit="RL step",
                              postfix={"reward": f"{m['reward']:.3f}",
@@ -446,6 +451,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                 write_atomic(path, "")
             stream = resources.enter_context(open(path, "a", newline=""))
             rows = csv.writer(stream)
+            tracker = Tracker(out, "llm", settings, track=args.track)
+            resources.callback(tracker.close)
             if not args.quiet and len(done) < args.steps:
                 sys.stderr.write("hyperx llm: compiling the RL step and running the first one "
                                  "(the progress bar starts after it)\n")

@@ -90,7 +90,7 @@ def test_out_and_hf_path_are_checked_before_any_work(tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert err.value.code == 2 and len(lines) == 1 and needle in lines[0], lines
     assert sorted(p.name for p in bandit.iterdir()) == sorted(
-        ["parts", "regret.csv", "regret.png", "run.json", "summary.json"])
+        ["parts", "regret.csv", "regret.png", "run.json", "summary.json", "tb"])
 
 
 def test_registered_in_the_hyperx_parser():

@@ -2,10 +2,11 @@
 ``--dry-run``: all its options are checked as a real run checks them (choices, sizes, memory,
 the output folder's rules) without computing, so no documented command can drift from the CLI.
 
-Three kinds of command depend on what an earlier command of their page wrote or registered, so
-only their options are parsed here: ``plot DIR`` (DIR is the earlier run's folder), ``--resume``
-(continues that run) and a learner the page registers in its own Python block (the page's
-blocks run in tests/test_docs.py); ``--list-agents`` prints and exits, computing nothing.
+Some commands depend on what an earlier command of their page wrote or registered, so only
+their options are parsed here: ``plot DIR`` (DIR is the earlier run's folder), ``--resume`` and
+``--eval-only`` (continue or evaluate that run), and a learner the page registers in its own
+Python block (the page's blocks run in tests/test_docs.py); ``--list-agents`` prints and exits,
+computing nothing.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ COMMANDS = documented_commands()
 
 
 def _depends_on_an_earlier_command(argv: list[str]) -> bool:
-    return (argv[0] == "plot" or "--resume" in argv or "--list-agents" in argv
+    return (argv[0] == "plot" or "--resume" in argv or "--eval-only" in argv
+            or "--list-agents" in argv
             or any(name in word for word in argv for name in REGISTERED_BY_THEIR_PAGE))
 
 

@@ -120,16 +120,18 @@ def test_separable_features_represent_bpr_payoffs():
 def test_gp_posterior_masks_the_unplayed_rounds():
     """The masked posterior on a padded history equals the plain GP posterior on its live rows."""
     rng = np.random.default_rng(1)
-    params = jnp.log(jnp.array([0.5, 1.0, 0.3, 0.7, 0.2]))
+    # float64 log-parameters, as gp_mw passes them: float32 ones would be exponentiated in
+    # float32 (XLA's float32 exp differs between jax releases by about 1e-8 relative).
+    params = np.log([0.5, 1.0, 0.3, 0.7, 0.2])
     hx, ho, hy = rng.uniform(size=(8, 3)), rng.uniform(size=(8, 3)), rng.normal(size=8)
     x, o = rng.uniform(size=(4, 3)), rng.uniform(size=(4, 3))
     with jax.enable_x64(True):
-        mean, var = rp._gp_posterior(params, 2, jnp.asarray(hx), jnp.asarray(ho),
+        mean, var = rp._gp_posterior(jnp.asarray(params), 2, jnp.asarray(hx), jnp.asarray(ho),
                                      jnp.asarray(hy), jnp.asarray(5), 1e-2, jnp.asarray(x),
                                      jnp.asarray(o))
 
     def k(x1, o1, x2, o2):
-        v, s1, b1, s2, b2 = np.exp(np.asarray(params, np.float64))
+        v, s1, b1, s2, b2 = np.exp(params)
         return v * (s1 * x1 @ x2.T + b1) * (s2 * o1 @ o2.T + b2) ** 2
 
     gram = k(hx[:5], ho[:5], hx[:5], ho[:5]) + 1e-2 * np.eye(5)

@@ -6,7 +6,18 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS := dev,bench,test,atari,llm
 
-.PHONY: demo test test-slow bench lint docs lock clean
+# test-newest: the same extras on Python 3.12, unpinned (the newest releases pip resolves), in
+# .venv312. `python3.12` on PATH may be a pyenv shim that fails unless 3.12 is activated, so
+# PYTHON312 is the first of these that runs Python 3.12 (override: make test-newest PYTHON312=...).
+PYTHON312 ?= $(firstword $(foreach p,python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python),\
+  $(if $(shell $(p) -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && echo ok),$(p))))
+VENV312  := .venv312
+PY312    := $(VENV312)/bin/python
+STAMP312 := $(VENV312)/.installed
+# The versions test-newest prints before its tests.
+NEWEST_PINS := jax|jaxlib|flax|optax|numpy|envpool|ale-py|orbax-checkpoint|chex|transformers
+
+.PHONY: demo test test-newest test-slow bench lint docs lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hyperx needs Python >= 3.11"'
@@ -15,12 +26,25 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install --quiet -c requirements.lock -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
+$(STAMP312): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "test-newest needs Python 3.12: make test-newest PYTHON312=/path/to/python3.12"; exit 1; }
+	$(PYTHON312) -m venv $(VENV312)
+	$(PY312) -m pip install --quiet --upgrade pip
+	$(PY312) -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
+	touch $(STAMP312)
+
 demo: $(STAMP)
 	$(VENV)/bin/hyperx demo
 
 # Two workers (pytest-xdist): the suite is mostly XLA compiles, which use one core each.
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --durations=15 -q
+
+# The newest releases on Python 3.12, over the subset in tests/newest_subset.txt (it covers every
+# module of hyperx/ and runs in about 10 minutes with the install).
+test-newest: $(STAMP312)
+	$(PY312) -m pip freeze | grep -i -E '^($(NEWEST_PINS))=='
+	$(PY312) -m pytest -n 2 --durations=15 -q $$(grep -v -E '^\s*(#|$$)' tests/newest_subset.txt)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow --durations=15 -q
@@ -40,4 +64,4 @@ lock: $(STAMP)
 	$(PY) -m pip freeze --exclude-editable | grep -v '^hyperx-rl' > requirements.lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(VENV312) .pytest_cache

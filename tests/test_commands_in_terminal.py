@@ -3,7 +3,9 @@ pseudo-terminal, progress bar on (no ``--quiet``), at tiny sizes; each test read
 command printed and wrote (the ``terminal`` fixture, tests/conftest.py).
 
 The CLI tests elsewhere call ``main`` in-process, most with ``--quiet``; a crash in the progress
-bar's code (``hyperx atari`` once died after its first chunk this way) only shows here.
+bar's code (``hyperx atari`` once died after its first chunk this way) only shows here. DeepSea
+and plot run in the default suite; the other commands (30 s to 2 minutes each on two loaded
+cores) run with the slow tests, which CI runs after the default suite.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def test_atari_with_its_progress_bar_writes_the_summary_and_plot(terminal, tmp_p
     assert (tmp_path / "run" / "videos" / "seed0_game0.mp4").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_bandit_with_its_progress_bar(terminal, tmp_path):
     run = terminal(["bandit", "--dim", "3", "--arms", "4", "--steps", "50", "--seeds", "4",
                     "--agents", "uniform,linucb", "--out", "b"], cwd=tmp_path)
@@ -84,6 +87,7 @@ def test_deepsea_with_its_progress_bar_then_eval_only(terminal, tmp_path):
     assert refused.returncode == 2 and "holds no hyperx deepsea run" in refused.text
 
 
+@pytest.mark.slow
 def test_games_with_its_progress_bar(terminal, tmp_path):
     run = terminal(["games", "--steps", "20", "--seeds", "4", "--actions", "3",
                     "--seeds-per-part", "2", "--out", "g"], cwd=tmp_path)

@@ -149,6 +149,7 @@ def small_routing():
     return game, rp.setting(game, controlled, 40, jax.random.key(0), samples=2000)
 
 
+@pytest.mark.slow
 def test_population_learners_play(small_routing):
     """Every learner plays finite regrets; a seed's run does not depend on the batch; Hedge (full
     information) ends with less regret than Exp3.P (bandit), 8 seeds."""

@@ -122,7 +122,16 @@ def test_ctrl_c_in_a_hook_finishes_the_save_then_raises_with_the_saved_position(
     assert closed == [1]
 
 
-def test_ctrl_c_during_a_chunk_reports_the_last_save_or_the_resumed_one():
+@pytest.fixture
+def default_sigint():
+    """Python's own SIGINT handler for the test, whatever an earlier test in this worker left
+    installed (in the full suite under xdist one did), restored afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_during_a_chunk_reports_the_last_save_or_the_resumed_one(default_sigint):
     events = []
     advance, hook, save = _count_run(events, interrupt_at=4, where="advance")
     with pytest.raises(TrainingInterrupted) as stop:

@@ -19,6 +19,7 @@ interrupted write never leaves a truncated file under its final name.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -272,6 +273,22 @@ def prepare_out(out: str, command: str, settings: dict[str, Any], *, resume: boo
     remove_outputs(path, outputs)
     write_manifest(path, command, settings)
     return path, None
+
+
+def saved_run(args: argparse.Namespace, command: str) -> argparse.Namespace:
+    """For ``--eval-only``: the options of the ``command`` run in ``args.out`` (its run.json's
+    settings over ``args``); exits with a one-line error when ``--out`` holds no such run or the
+    run saved no agent (made without ``--checkpoint``)."""
+    out = Path(args.out)
+    manifest = read_manifest(out) if out.is_dir() else None
+    if manifest is None or manifest.get("command") != command:
+        fail(f"--eval-only: {args.out!r} holds no hyperx {command} run (its run.json is missing "
+             "or names another command); pass the --out of a run made with --checkpoint")
+    run = argparse.Namespace(**{**vars(args), **(manifest.get("settings") or {})})
+    if not run.checkpoint:
+        fail(f"--eval-only: the run in {args.out!r} was made without --checkpoint, so no agent "
+             "was saved; train with --checkpoint to evaluate it later")
+    return run
 
 
 def read_summary(path: Path) -> dict:

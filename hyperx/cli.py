@@ -234,19 +234,11 @@ def _deepsea_eval_only(args: argparse.Namespace) -> int:
     ``eval_only.json``."""
     import json
 
-    from hyperx._rundir import environment, read_manifest, write_atomic
+    from hyperx._rundir import environment, saved_run, write_atomic
     from hyperx.agents import get_config
     from hyperx.agents.deepsea import evaluate_saved
 
-    out = Path(args.out)
-    manifest = read_manifest(out) if out.is_dir() else None
-    if manifest is None or manifest.get("command") != "deepsea":
-        fail(f"--eval-only: {args.out!r} holds no hyperx deepsea run (its run.json is missing "
-             "or names another command); pass the --out of a run made with --checkpoint")
-    run = argparse.Namespace(**{**vars(args), **(manifest.get("settings") or {})})
-    if not run.checkpoint:
-        fail(f"--eval-only: the run in {args.out!r} was made without --checkpoint, so no agent "
-             "was saved; train with --checkpoint to evaluate it later")
+    out, run = Path(args.out), saved_run(args, "deepsea")
     if args.dry_run:
         return report("deepsea", out=args.out, outputs=["eval_only.json"], memory=[],
                       resume=True, work=[WorkEstimate(run.seeds * args.eval_episodes,

@@ -225,17 +225,9 @@ def _eval_only(args: argparse.Namespace) -> int:
     """``--eval-only``: evaluate the saved agent of the run in ``--out`` under that run's
     settings and protocol (:func:`hyperx.agents.atari_eval.evaluate_saved`), with the run's
     games per evaluation (10 when the run evaluated none); writes ``eval_only.json``."""
-    from hyperx._rundir import environment, read_manifest
+    from hyperx._rundir import environment, saved_run
 
-    out = Path(args.out)
-    manifest = read_manifest(out) if out.is_dir() else None
-    if manifest is None or manifest.get("command") != "atari":
-        fail(f"--eval-only: {args.out!r} holds no hyperx atari run (its run.json is missing or "
-             "names another command); pass the --out of a run made with --checkpoint")
-    run = argparse.Namespace(**{**vars(args), **(manifest.get("settings") or {})})
-    if not run.checkpoint:
-        fail(f"--eval-only: the run in {args.out!r} was made without --checkpoint, so no agent "
-             "was saved; train with --checkpoint to evaluate it later")
+    out, run = Path(args.out), saved_run(args, "atari")
     episodes = run.eval_episodes or 10
     if args.record_video > episodes:
         fail(f"--record-video: expected at most the {episodes} games it evaluates per seed, "

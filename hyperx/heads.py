@@ -14,10 +14,6 @@ Four heads, each ``head(x, xi)`` over a batched input ``x`` of shape ``(B, ...)`
 * :class:`RandomPriorEnsembleHead` (Ensemble+, Osband et al., NeurIPS 2018): M separate
   networks with frozen random priors, mixed by the index (one-hot selects a member).
 
-``EnsemblePlusHead`` and ``EnsembleHead`` are the old names of :class:`EnsemblePPHead` and
-:class:`RandomPriorEnsembleHead` (one was Ensemble++, the other Ensemble+); they import for one
-more release with a ``DeprecationWarning``.
-
 Index shapes: ``xi`` of shape ``(M,)`` gives outputs ``(B, O)``; ``(K, M)`` (the same K indices
 for every input) or ``(B, K, M)`` (K indices per input) give ``(B, K, O)``. So a loss over K
 indices per transition is a single call.
@@ -39,11 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hyperx._deprecation import moved
 from hyperx._validation import check_choice, check_floating, check_integer, check_rank, check_shape
-
-__getattr__ = moved("hyperx.heads", {"EnsemblePlusHead": "hyperx.heads:EnsemblePPHead",
-                                     "EnsembleHead": "hyperx.heads:RandomPriorEnsembleHead"})
 
 Array = jax.Array
 Variables = dict[str, Any]

@@ -58,7 +58,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._deprecation import moved
 from hyperx._validation import (
     check_choice,
     check_finite,
@@ -72,8 +71,6 @@ from hyperx._validation import (
     host_memory_bytes,
 )
 from hyperx.index import INDEX_NAMES, make_index
-
-__getattr__ = moved("hyperx.linear", {"ensemble_pp": "hyperx.linear:ensemble_pp_posterior"})
 
 Shape = int | tuple[int, ...]
 

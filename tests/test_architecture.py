@@ -9,10 +9,10 @@ import sys
 import hyperx
 
 ROOT = pathlib.Path(hyperx.__file__).parent
-APPS = {"agents", "bandits", "envs", "games", "llm", "demos", "cli", "experiment"}
+APPS = {"agents", "bandits", "envs", "games", "llm", "demos", "cli"}
 ALLOWED = {  # an application package -> the application packages it may import
     "agents": {"envs"}, "bandits": {"envs"}, "envs": set(), "games": set(), "llm": set(),
-    "demos": set(), "experiment": set(),
+    "demos": set(),
     "cli": {"agents", "bandits", "demos", "envs", "games", "llm"},
 }
 

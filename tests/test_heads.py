@@ -412,12 +412,3 @@ def test_per_input_indices_give_the_gradient_of_one_index_at_a_time(init_scheme)
     np.testing.assert_allclose(loss, loss1, rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
                  grads, grads1)
-
-
-def test_old_head_names_import_with_a_warning_naming_the_new_one():
-    import hyperx.heads as heads
-
-    for old, new in (("EnsemblePlusHead", EnsemblePPHead),
-                     ("EnsembleHead", RandomPriorEnsembleHead)):
-        with pytest.warns(DeprecationWarning, match=f"moved to hyperx.heads.{new.__name__}"):
-            assert getattr(heads, old) is new

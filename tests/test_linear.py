@@ -213,10 +213,3 @@ def test_bad_input_names_argument():
         exact_posterior(2, noise_std=1.0, prior_cov=jnp.array([[1.0, 2.0], [2.0, 1.0]]))
     with pytest.raises(ValueError, match="prior_cov: expected shape"):
         exact_posterior(2, noise_std=1.0, prior_cov=jnp.eye(3))
-
-
-def test_the_old_name_of_the_linear_ensemble_pp_posterior_imports_with_a_warning():
-    import hyperx.linear as linear
-
-    with pytest.warns(DeprecationWarning, match="moved to hyperx.linear.ensemble_pp_posterior"):
-        assert linear.ensemble_pp is ensemble_pp_posterior

@@ -1,9 +1,7 @@
-"""The compiled loop and its host driver (``hyperx.loop``), and the deprecated
-``hyperx.experiment`` alias."""
+"""The compiled loop and its host driver (``hyperx.loop``)."""
 
 import os
 import signal
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +9,7 @@ import numpy as np
 import pytest
 
 import hyperx.loop as loop
-from hyperx._rundir import sigint_held
+from hyperx._host import sigint_held
 from hyperx.loop import (
     Chunk,
     TrainingInterrupted,
@@ -42,31 +40,6 @@ def test_run_scan_chunks_and_padding_match_one_scan():
     np.testing.assert_array_equal(whole.outputs, np.arange(10) * 2)
     np.testing.assert_array_equal(chunked.outputs, np.arange(10) * 2)
     assert calls == [(4, 10), (8, 10), (10, 10)]
-
-
-def test_the_old_modules_forward_each_moved_name_with_a_warning():
-    import hyperx.agents.api as api
-    import hyperx.agents.checkpoint as old_checkpoint
-    import hyperx.agents.deepsea as deepsea
-    import hyperx.agents.keys as keys
-    import hyperx.bandits.runner as runner
-    import hyperx.checkpoint as checkpoint
-    import hyperx.experiment as experiment
-
-    for old, name, home in ((experiment, "run_bandit", runner),
-                            (experiment, "BanditResult", runner),
-                            (experiment, "run_scan", loop), (experiment, "log_grid", loop),
-                            (experiment, "to_host", loop), (api, "KeySchedule", keys),
-                            (api, "run_key", keys), (api, "deepsea_step_budget", deepsea),
-                            (api, "DEEPSEA_STEP_BUDGETS", deepsea),
-                            (old_checkpoint, "CheckpointManager", checkpoint)):
-        with pytest.warns(DeprecationWarning, match=f"moved to {home.__name__}.{name}"):
-            assert getattr(old, name) is getattr(home, name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for old in (experiment, api):
-            with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-                old.nothing  # noqa: B018
 
 
 def _count_run(events, *, interrupt_at=None, where="hook"):

@@ -148,7 +148,7 @@ def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
     """Validated (mu_0, Sigma_0, chol(Sigma_0)) as float32 NumPy arrays.
 
     NumPy, not JAX: a model built while a function is being traced (the bandit learners build
-    theirs lazily, once d is known, and cache it) must not capture that trace's values.
+    theirs inside their functions, from d) must not capture that trace's values.
     """
     if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
         raise ValueError(f"dim: expected a positive int, got {dim!r}")

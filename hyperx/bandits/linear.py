@@ -24,7 +24,6 @@ Every argmax breaks ties at random (:func:`hyperx.bandits.base.argmax_random_tie
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, NamedTuple
 
@@ -66,7 +65,10 @@ class PosteriorLearnerState(NamedTuple):
 
 def _posterior_learner(make_model, *, noise_std: float, prior_var: float,
                        checked: bool) -> Learner:
-    """A sampling learner over a :class:`hyperx.linear.LinearModel` built once d is known.
+    """A sampling learner over the :class:`hyperx.linear.LinearModel` ``make_model(d)``.
+
+    Each function builds the model from d (the spec's, or the state's shape): building it is
+    host work on NumPy constants, done once per trace under ``jit``, so nothing is cached.
 
     An arm index outside [0, K) given from the host raises ``ValueError`` naming ``arm``
     (``arms`` in ``update_batch``); inside ``jit`` it is checked only with ``checked=True``
@@ -75,31 +77,31 @@ def _posterior_learner(make_model, *, noise_std: float, prior_var: float,
     check_positive("noise_std", noise_std)
     check_positive("prior_var", prior_var)
     check_flag("checked", checked)
-    model = functools.lru_cache(maxsize=8)(make_model)
 
     def init(key: Array, spec: BanditSpec) -> PosteriorLearnerState:
         check_int("spec.num_arms", spec.num_arms)
-        return PosteriorLearnerState(model(spec.context_dim).init(key),
+        return PosteriorLearnerState(make_model(spec.context_dim).init(key),
                                      jnp.zeros((spec.num_arms, 0), jnp.float32))
 
     def act(state: PosteriorLearnerState, key: Array, contexts: Array) -> Array:
         dim = state.posterior.mu.shape[0]
         check_shape("contexts", contexts, (None, dim), "(K, d)")
         k_sample, k_tie = jax.random.split(key)
-        theta = model(dim).sample(state.posterior, k_sample)
+        theta = make_model(dim).sample(state.posterior, k_sample)
         return argmax_random_tiebreak(k_tie, contexts @ theta)
 
     def update(state: PosteriorLearnerState, key: Array, context: Array, arm: Array,
                reward: Array) -> PosteriorLearnerState:
         check_index("arm", arm, state.arms.shape[0], checked=checked)
-        post = model(state.posterior.mu.shape[0]).update(state.posterior, key, context, reward)
+        post = make_model(state.posterior.mu.shape[0]).update(state.posterior, key, context,
+                                                             reward)
         return state._replace(posterior=post)
 
     def update_batch(state: PosteriorLearnerState, key: Array, contexts: Array, arms: Array,
                      rewards: Array) -> PosteriorLearnerState:
         check_index("arms", arms, state.arms.shape[0], checked=checked)
-        post = model(state.posterior.mu.shape[0]).update_batch(state.posterior, key, contexts,
-                                                                rewards)
+        post = make_model(state.posterior.mu.shape[0]).update_batch(state.posterior, key,
+                                                                     contexts, rewards)
         return state._replace(posterior=post)
 
     return Learner(init, act, update, update_batch)

@@ -97,9 +97,10 @@ class BanditResult(NamedTuple):
         return rows
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _seed_keys(seed: Array, num_seeds: int, first_seed: Array) -> Array:
-    """Key of seed s: ``fold_in(PRNGKey(seed), s)``, whatever the number of seeds."""
+def _seed_keys(seed: int, num_seeds: int, first_seed: int) -> Array:
+    """(num_seeds, 2) keys of seeds ``first_seed ..``: seed s gets ``fold_in(PRNGKey(seed), s)``,
+    whatever the number of seeds (the seed key of :func:`hyperx.agents.keys.run_key`; the run
+    then splits it as that module's docstring says)."""
     base = jax.random.PRNGKey(seed)
     return jax.vmap(lambda s: jax.random.fold_in(base, s))(first_seed + jnp.arange(num_seeds))
 

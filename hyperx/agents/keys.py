@@ -12,6 +12,14 @@ the two cannot drift apart):
   then ``agent.observe(state, k_obs, transition)``.
 
 :class:`KeySchedule` iterates that chain.
+
+A stated exception: the bandit runner (:func:`hyperx.bandits.runner.run_bandit`) keys seed
+``s`` the same way, ``fold_in(PRNGKey(seed), s)``, but splits that key its own way:
+``(k_env, k_learner, k) = split(key, 3)``, then every round
+``(k, k_obs, k_act, k_rew, k_upd) = split(k, 5)``. Its environments draw each round's contexts
+and rewards from the run's key, which this chain has no keys for, and routing it through this
+schedule would change every published bandit number; ``hyperx.bandits`` may not import
+``hyperx.agents`` (docs/architecture.md), so it writes its own ``fold_in``.
 """
 
 from __future__ import annotations
@@ -42,9 +50,6 @@ def step_keys(key: Array) -> tuple[Array, Array, Array]:
     return next_key, k_act, k_obs
 
 
-_step_keys = jax.jit(step_keys)
-
-
 class KeySchedule(Iterator[tuple[Array, Array]]):
     """The keys :func:`~hyperx.agents.deepsea.train_deepsea` gives seed ``index`` of base seed
     ``seed``: ``init_key`` for ``agent.init``, then ``next(schedule) -> (k_act, k_obs)`` per
@@ -63,8 +68,9 @@ class KeySchedule(Iterator[tuple[Array, Array]]):
         check_int("index", index, low=0)
         self.init_key, self._key = split_run_key(run_key(seed, index))
         self.steps = 0
+        self._step_keys = jax.jit(step_keys)
 
     def __next__(self) -> tuple[Array, Array]:
-        self._key, k_act, k_obs = _step_keys(self._key)
+        self._key, k_act, k_obs = self._step_keys(self._key)
         self.steps += 1
         return k_act, k_obs

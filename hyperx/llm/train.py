@@ -33,7 +33,6 @@ al. 2025); OTB (arXiv:2602.07078); length-aware LR (arXiv:2602.01826, rule ours)
 from __future__ import annotations
 
 import collections
-import functools
 import math
 import time
 from collections.abc import Callable
@@ -814,11 +813,15 @@ def evaluate(lm: LanguageModel, params, task: Task, key: jax.Array, n: int = 256
     (:func:`batch_memory_bytes` with ``train=False``) cannot fit in device memory."""
     check_positive("n", n)
     _check_batch_memory(f"n = {n}", lm, task, n, extra_tokens, False, "an evaluation")
-    return _evaluate(lm, params, task, key, n, greedy, extra_tokens)
+    # jitted at the call, not held at module level: jax reuses the program for equal statics
+    return jax.jit(_evaluate, static_argnums=(0, 2, 4, 5, 6))(lm, params, task, key, n, greedy,
+                                                              extra_tokens)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 2, 4, 5, 6))
-def _evaluate(lm, params, task, key, n, greedy, extra_tokens):
+def _evaluate(lm: LanguageModel, params, task: Task, key: jax.Array, n: int, greedy: bool,
+              extra_tokens: int) -> jax.Array:
+    """:func:`evaluate` without its checks, to be jitted: prompts from ``key``, answers sampled
+    with ``fold_in(key, 1)``."""
     prompts, answers = task.sample(key, n)
     out = sample(lm, params, jax.random.fold_in(key, 1), prompts,
                  max_new_tokens=task.answer_len + extra_tokens, eos_id=task.tokenizer.eos_id,

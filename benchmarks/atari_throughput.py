@@ -56,7 +56,8 @@ from hyperx.agents import Transition, get_config
 from hyperx.agents.atari import train_atari
 from hyperx.agents.core import make_agent
 from hyperx.envs.atari import OBS_SHAPE, make_atari
-from hyperx.replay import make_replay_buffer, replay_bytes
+from hyperx.replay import replay_bytes
+from hyperx.replay_frames import make_frame_replay
 
 OUT = os.path.join(os.path.dirname(__file__), "results", "atari_throughput.json")
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cleanrl_peer.py")
@@ -127,7 +128,7 @@ def update_time(agent: str, game: str, repeats: int = 20) -> float:
     """Seconds per gradient step: the jitted update at the top level on a filled replay."""
     cfg = config(agent, 10**9)
     env = make_atari(game, num_envs=1)
-    replay = make_replay_buffer(cfg.n_step, cfg.gamma, layout="frames")
+    replay = make_frame_replay(cfg.n_step, cfg.gamma)
     agent_fns = make_agent(cfg, env.num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
                            num_envs=1, replay=replay, step_budget=4096)
     state = jax.jit(agent_fns.init)(jax.random.PRNGKey(0))
@@ -157,7 +158,7 @@ def update_time(agent: str, game: str, repeats: int = 20) -> float:
 
 def replay_bytes_per_100k(agent: str) -> int:
     cfg = get_config(agent, env="atari")
-    replay = make_replay_buffer(cfg.n_step, cfg.gamma, layout="frames")
+    replay = make_frame_replay(cfg.n_step, cfg.gamma)
     example = dict(obs=np.zeros(OBS_SHAPE, np.uint8), action=0, reward=0.0, terminal=False,
                    truncated=False, first=False, z=np.zeros(cfg.index_dim, np.float32))
     return replay_bytes(jax.eval_shape(lambda e: replay.init(100_000, e), example))

@@ -4,7 +4,9 @@ The design is flashbax's: :func:`init`, :func:`add`, :func:`sample`, :func:`can_
 :func:`num_sampleable` are pure functions of a static :class:`ReplaySpec` and a
 :class:`ReplayState`; :func:`make_replay_buffer` binds the spec and returns them as a
 :class:`ReplayBuffer` of ``functools.partial`` objects. Every loop in hyperx (the DeepSea and
-Atari agents, the neural bandit learners) uses this one core.
+Atari agents, the neural bandit learners) uses this one core. A storage layout is built on top
+of it, as flashbax builds its flat buffer on its trajectory buffer: it wraps ``init``, ``add``
+and ``sample`` and keeps the rest (:mod:`hyperx.replay_frames`, Atari's frames stored once).
 
 **Streams.** The state holds ``E = num_streams >= 1`` streams (one per environment), each a
 ring of ``C = ceil(capacity / E)`` slots. :func:`add` writes ONE transition per stream (leaves
@@ -12,22 +14,22 @@ shaped ``(E, ...)``); a stream whose ``valid`` flag is False (an autoreset step)
 Sampling is uniform over the sampleable slots of all streams together, so a stream that stored
 more is drawn more.
 
-**Layouts** (``layout=``, the storage of the observations):
+**Transitions.** A slot stores the transition pytree as given: a scalar reward, a scalar
+terminal flag, optionally a truncation flag, and any other leaves (obs, action, the
+perturbation z of the hyper agents, compact DeepSea positions, bandit contexts), so nothing
+assumes image observations. The observation to bootstrap from (the successor) is stored in one
+of two ways:
 
-- ``"transitions"``: each slot stores the whole transition pytree as given: a scalar reward, a
-  scalar terminal flag, the observation to bootstrap from (``next_obs``), optionally a
-  truncation flag, and any other leaves (obs, action, the perturbation z of the hyper agents,
-  compact DeepSea positions, bandit contexts), so nothing assumes image observations.
-- ``"frames"``: Atari's 4-frame stacks, each 84 x 84 frame stored once (the design of
-  Dopamine's circular replay, Castro et al. 2018). A slot stores only the newest frame of the
-  observation acted on (uint8) with ``action``, ``reward``, ``terminal`` (no bootstrap),
-  ``truncated`` (the frame cap: the episode ends but its last observation is never stored,
-  since the next slot is the next game's first), ``first`` (the observation is a game's first)
-  and any extra leaves (z). The stack of slot ``j`` is the frames of slots ``j-3 .. j``, where
-  frames before the latest ``first`` among slots ``j-2 .. j`` are padding: the game's first
-  frame repeated (``pad="repeat"``, envpool's reset stack) or zeros (``pad="zero"``, ale-py's),
-  so a rebuilt stack equals the observation the environment returned and never spans a game
-  start. 100,000 transitions of 84 x 84 frames take about 0.71 GB.
+- ``next_obs="next_obs"`` (the default): in the transition's own ``next_obs`` field, so a
+  truncation (the episode ends, the successor is stored) still bootstraps;
+- ``next_obs=None``: not stored with the step; the successor of slot ``j`` is the ``obs`` of
+  slot ``j + 1`` of its stream (each observation stored once, as in flashbax's trajectory
+  buffer and Dopamine's circular replay). A truncated step's successor is then never stored
+  (the next slot is the next episode's first), so the step cannot be used.
+
+``history = h`` is for a layout that reads the ``h`` slots before a start (a frame stack):
+once a stream's ring has wrapped, its ``h`` oldest slots are never starts (their history is
+overwritten); before that, the layout must mask the unwritten slots before the stream's first.
 
 **Targets.** A sample draws start slots ``t`` uniformly and returns the n-step pieces of the
 double-DQN loss of HyperAgent (Li et al., ICML 2024) and HyperFQI, all computed by ONE rule,
@@ -36,19 +38,17 @@ double-DQN loss of HyperAgent (Li et al., ICML 2024) and HyperFQI, all computed 
     k = number of included steps (at most n),   R = sum_{i<k} gamma^i r_{t+i}
     discount = gamma^k (1 - terminal_{t+k-1})
 
-so returns never run across an episode end. The layouts differ only in where the bootstrap
-observation lives and hence which windows are complete:
+so returns never run across an episode end. Which steps are included and which windows are
+complete follow from where the successor is stored:
 
-- transitions: step ``i`` is included iff no step before it ended the episode (a terminal or a
-  truncation); the bootstrap observation is ``next_obs_{t+k-1}``, so a truncation stops the sum
-  but still bootstraps. A start is sampleable once its n steps are written or an episode end
-  among them closes the window earlier: the stored slots minus the newest
-  ``min(n - 1, steps since the last episode end)``.
-- frames: step ``i`` is included iff no terminal among steps ``t .. t+i-1`` and no truncation at
-  ``t .. t+i``; the bootstrap observation is the stack of slot ``t + k``, so the newest ``n``
-  slots of a stream wait until ``n`` more are stored, and once a ring has wrapped its 3 oldest
-  slots are skipped (their stacks would read overwritten frames). A truncated step itself is
-  never a start (``k = 0``, returned with ``valid=False``, a rare event at the 27,000-step cap).
+- ``next_obs`` stored: step ``i`` is included iff no step before it ended the episode (a
+  terminal or a truncation); the bootstrap observation is ``next_obs_{t+k-1}``. A start is
+  sampleable once its n steps are written or an episode end among them closes the window
+  earlier: the stored slots minus the newest ``min(n - 1, steps since the last episode end)``.
+- ``next_obs=None``: step ``i`` is included iff no terminal among steps ``t .. t+i-1`` and no
+  truncation at ``t .. t+i``; the bootstrap observation is the ``obs`` of slot ``t + k``, so
+  the newest ``n`` slots of a stream wait until ``n`` more are stored. A truncated step itself
+  is never a start (``k = 0``, returned with ``valid=False``).
 """
 
 from __future__ import annotations
@@ -61,50 +61,42 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_choice, check_positive
+from hyperx._validation import check_positive
 
 Array = jax.Array
 PyTree = Any
-LAYOUTS = ("transitions", "frames")
-PADS = ("repeat", "zero")
-STACK = 4
-"""Frames per observation in the ``"frames"`` layout."""
-FRAME_FIELDS = ("obs", "action", "reward", "terminal", "truncated", "first")
-"""The fields every ``"frames"`` transition carries (other leaves are stored as given)."""
-_FRAME_DTYPES = {"obs": jnp.uint8, "action": jnp.int32, "reward": jnp.float32,
-                 "terminal": jnp.bool_, "truncated": jnp.bool_, "first": jnp.bool_}
 
 
 class ReplaySpec(NamedTuple):
     """The static description of a buffer (hashable; see :func:`make_replay_buffer`).
 
     n_step: the most rewards summed per target; gamma: the discount; num_streams: E;
-    layout: ``"transitions"`` or ``"frames"``; pad: the frames layout's stack padding;
-    reward, terminal, next_obs, truncated: the transitions layout's field names
-    (``truncated=None``: no truncation field).
+    reward, terminal, truncated: the field names of the scalar reward, terminal flag and
+    truncation flag (``truncated=None``: no truncation field); next_obs: the field of the
+    successor observation, or None when the successor is the next slot's ``obs`` field;
+    history: the slots before a start a layout reads (see the module docstring).
     """
 
     n_step: int = 1
     gamma: float = 0.99
     num_streams: int = 1
-    layout: str = "transitions"
-    pad: str = "repeat"
     reward: str = "reward"
     terminal: str = "terminal"
-    next_obs: str = "next_obs"
+    next_obs: str | None = "next_obs"
     truncated: str | None = "truncated"
+    obs: str = "obs"
+    history: int = 0
 
 
 class ReplayState(NamedTuple):
     """Buffer contents and counters.
 
-    data: the stored pytree, leaves shaped ``(E, C, ...)`` (unwritten slots are zeros); in the
-        frames layout ``data["obs"]`` holds each slot's newest frame, ``(E, C, H, W)`` uint8.
+    data: the stored pytree, leaves shaped ``(E, C, ...)`` (unwritten slots are zeros).
     write_index: (E,) slot the next transition of each stream goes to.
     stream_added: (E,) transitions each stream stored (not capped by ``C``).
     num_added: ``|D|``, transitions stored over all streams (the ``|D|`` of the losses).
     steps_since_end: (E,) transitions each stream stored since its last episode end (capped
-        at n); the transitions layout's completeness rule.
+        at n); the completeness rule of windows whose successors are stored.
     """
 
     data: PyTree
@@ -117,13 +109,12 @@ class ReplayState(NamedTuple):
 class ReplaySample(NamedTuple):
     """A batch of B windows.
 
-    transition: the stored pytree at each window start, leaves shaped (B, ...) (the frames
-        layout: ``obs`` the rebuilt (B, 4, H, W) stack, ``action`` and the extra leaves).
+    transition: the stored pytree at each window start, leaves shaped (B, ...).
     n_step_return: (B,) ``sum_{i<k} gamma^i r_{t+i}``.
     discount: (B,) ``gamma^k (1 - terminal)`` of the last included step.
     bootstrap_obs: the observation to bootstrap from, leaves shaped (B, ...).
-    n_steps: (B,) k, the number of steps summed (``1 <= k <= n``; the frames layout's 0 marks
-        a truncated start).
+    n_steps: (B,) k, the number of steps summed (``1 <= k <= n``; with ``next_obs=None`` a
+        0 marks a row with nothing, such as a truncated start).
     indices: (B,) ``stream * C + slot`` of each start.
     valid: (B,) False where the row holds nothing (an empty buffer, a truncated start); those
         rows hold zeros (return 0, discount 0) so a mask or weight over ``valid`` removes them.
@@ -201,11 +192,12 @@ def n_step_target(rewards: Array, terminal: Array, *, gamma: float,
                   ends: Array | None = None, cuts: Array | None = None,
                   valid: Array | None = None) -> NStepTarget:
     """The n-step return and discount of ``B`` windows of ``n`` stored steps: the one rule
-    both layouts use.
+    every buffer uses.
 
     Step ``i`` of a window is included iff no step before it ends the episode (``ends``,
     default ``terminal``) and no step up to it is cut (``cuts``: a step that is not stored
-    with what followed it, the frames layout's truncation), and the row is ``valid``::
+    with what followed it: a truncation when successors are not stored), and the row is
+    ``valid``::
 
         k = #included,  R = sum_{i<k} gamma^i r_i,  discount = gamma^k (1 - terminal_{k-1})
 
@@ -261,20 +253,13 @@ def _field(tree: PyTree, name: str, argname: str):
 
 
 def _scalar_fields(spec: ReplaySpec, tree: PyTree, argname: str) -> tuple[str, ...]:
-    """The flag and reward fields the spec reads, checked present in ``tree``."""
-    if spec.layout == "frames":
-        if not isinstance(tree, Mapping):
-            raise ValueError(f"{argname}: expected a dict with the fields {FRAME_FIELDS}, got "
-                             f"{type(tree).__name__}")
-        missing = [name for name in FRAME_FIELDS if name not in tree]
-        if missing:
-            raise ValueError(f"{argname}: expected the fields {FRAME_FIELDS}, missing {missing}")
-        return ("reward", "terminal", "truncated", "first")
+    """The flag and reward fields the spec reads, checked present in ``tree`` (with the field
+    the successor is read from)."""
     names = (spec.reward, spec.terminal) + (
         (spec.truncated,) if _has_field(tree, spec.truncated) else ())
     for name in names:
         _field(tree, name, argname)
-    _field(tree, spec.next_obs, argname)
+    _field(tree, spec.obs if spec.next_obs is None else spec.next_obs, argname)
     return names
 
 
@@ -282,49 +267,36 @@ def _per_stream(spec: ReplaySpec, capacity: int) -> int:
     return -(-int(capacity) // spec.num_streams)
 
 
+def min_slots(spec: ReplaySpec) -> int:
+    """The fewest slots per stream that hold one complete window: ``n`` steps, the successor
+    slot when successors are not stored (``next_obs=None``), and ``history`` slots before."""
+    return spec.n_step + int(spec.next_obs is None) + spec.history
+
+
 def init(spec: ReplaySpec, capacity: int, example: PyTree) -> ReplayState:
     """An empty buffer of ``capacity`` slots (split evenly over the streams, rounded up), shaped
-    like ``example``: ONE transition, unbatched (the frames layout: ``obs`` (4, H, W))."""
+    like ``example``: ONE transition, unbatched."""
     if not isinstance(capacity, int | np.integer) or capacity < 1:
         raise ValueError(f"capacity: expected a positive integer, got {capacity!r}")
     per_stream = _per_stream(spec, capacity)
+    if per_stream < min_slots(spec):
+        raise ValueError(f"capacity: expected at least {min_slots(spec) * spec.num_streams} "
+                         f"({min_slots(spec)} per stream for n_step = {spec.n_step}), got "
+                         f"{capacity!r} for {spec.num_streams} stream(s)")
     for name in _scalar_fields(spec, example, "example_transition"):
         shape = np.shape(_field(example, name, "example_transition"))
         if shape != ():
             raise ValueError(f"example_transition.{name}: expected shape (), got {shape}")
     shape = (spec.num_streams, per_stream)
-    if spec.layout == "frames":
-        obs = np.shape(example["obs"])
-        if len(obs) != 3 or obs[0] != STACK:
-            raise ValueError(f"example['obs']: expected shape ({STACK}, H, W), got {obs}")
-        if per_stream < spec.n_step + STACK:
-            least = (spec.n_step + STACK) * spec.num_streams
-            raise ValueError(f"capacity: expected at least {least} ({spec.n_step + STACK} per "
-                             f"stream), got {capacity}")
-        data = {name: jnp.zeros(shape + (obs[1:] if name == "obs" else ()), dtype)
-                for name, dtype in _FRAME_DTYPES.items()}
-        data.update({name: jnp.zeros(shape + np.shape(x), jnp.result_type(x))
-                     for name, x in example.items() if name not in _FRAME_DTYPES})
-    else:
-        if per_stream < spec.n_step:
-            raise ValueError(f"capacity: expected an integer >= n_step = {spec.n_step} per "
-                             f"stream, got {capacity!r} for {spec.num_streams} stream(s)")
-        data = jax.tree.map(lambda x: jnp.zeros(shape + np.shape(x), jnp.result_type(x)),
-                            example)
+    data = jax.tree.map(lambda x: jnp.zeros(shape + np.shape(x), jnp.result_type(x)), example)
     streams = jnp.zeros((spec.num_streams,), jnp.int32)
     return ReplayState(data, streams, streams, jnp.zeros((), jnp.int32), streams)
 
 
-def _check_batch(spec: ReplaySpec, state: ReplayState, transitions: PyTree) -> PyTree:
-    """The stored form of ``transitions`` (leaves ``(E, ...)``), checked against the state."""
+def _check_batch(spec: ReplaySpec, state: ReplayState, transitions: PyTree) -> None:
+    """Check ``transitions`` (leaves ``(E, ...)``) against the state."""
     _scalar_fields(spec, transitions, "transitions")
     e = spec.num_streams
-    if spec.layout == "frames":
-        obs = np.shape(transitions["obs"])
-        if obs[:2] != (e, STACK):
-            raise ValueError(f"transitions['obs']: expected shape ({e}, {STACK}, H, W), got "
-                             f"{obs}")
-        transitions = {**transitions, "obs": jnp.asarray(transitions["obs"])[:, -1]}
     want = jax.tree.structure(state.data)
     if jax.tree.structure(transitions) != want:
         raise ValueError(f"transitions: expected the pytree structure {want}, got "
@@ -335,41 +307,48 @@ def _check_batch(spec: ReplaySpec, state: ReplayState, transitions: PyTree) -> P
         if np.shape(x) != expected:
             raise ValueError(f"transitions{jax.tree_util.keystr(path)}: expected shape "
                              f"{expected} (one transition per stream), got {np.shape(x)}")
-    return transitions
+
+
+def _flag(data: PyTree, name: str | None) -> Array | None:
+    """The flag field ``name`` of ``data`` as bool, None when there is no such field."""
+    if not _has_field(data, name):
+        return None
+    return jnp.asarray(_field(data, name, "transitions")).astype(bool)
 
 
 def _episode_ends(spec: ReplaySpec, data: PyTree) -> Array:
-    end = jnp.asarray(_field(data, spec.terminal, "transitions")).astype(bool)
-    if _has_field(data, spec.truncated):
-        end = end | jnp.asarray(_field(data, spec.truncated, "transitions")).astype(bool)
-    return end
+    """terminal | truncated (terminal alone when there is no truncation field)."""
+    end, truncated = _flag(data, spec.terminal), _flag(data, spec.truncated)
+    return end if truncated is None else end | truncated
+
+
+def _capacity(state: ReplayState) -> int:
+    return jax.tree.leaves(state.data)[0].shape[1]
 
 
 def add(spec: ReplaySpec, state: ReplayState, transitions: PyTree,
         valid: Array | None = None) -> ReplayState:
     """Write one transition per stream at its head (overwriting its oldest when full).
 
-    ``transitions``: the example's pytree with a leading ``(E,)`` axis on every leaf (the frames
-    layout: ``obs`` (E, 4, H, W), of which the newest frame is stored); ``valid`` (E,) bool,
-    default all True: a stream with ``valid = False`` stores nothing.
+    ``transitions``: the example's pytree with a leading ``(E,)`` axis on every leaf; ``valid``
+    (E,) bool, default all True: a stream with ``valid = False`` stores nothing.
     """
-    transitions = _check_batch(spec, state, transitions)
+    _check_batch(spec, state, transitions)
     e = spec.num_streams
     valid = jnp.ones((e,), bool) if valid is None else jnp.asarray(valid, bool)
     if valid.shape != (e,):
         raise ValueError(f"valid: expected shape ({e},), got {valid.shape}")
     streams = jnp.arange(e)
     slot = state.write_index
-    capacity = jax.tree.leaves(state.data)[0].shape[1]
+    capacity = _capacity(state)
 
     def put(buf: Array, x: Array) -> Array:
         x = jnp.asarray(x, buf.dtype)
         keep = valid.reshape((-1,) + (1,) * (x.ndim - 1))
         return buf.at[streams, slot].set(jnp.where(keep, x, buf[streams, slot]))
 
-    ended = _episode_ends(spec, transitions) if spec.layout == "transitions" else (
-        jnp.asarray(transitions["terminal"], bool) | jnp.asarray(transitions["truncated"], bool))
-    since_end = jnp.where(ended, 0, jnp.minimum(state.steps_since_end + 1, spec.n_step))
+    since_end = jnp.where(_episode_ends(spec, transitions), 0,
+                          jnp.minimum(state.steps_since_end + 1, spec.n_step))
     return ReplayState(
         data=jax.tree.map(put, state.data, transitions),
         write_index=jnp.where(valid, (slot + 1) % capacity, slot).astype(jnp.int32),
@@ -380,14 +359,14 @@ def add(spec: ReplaySpec, state: ReplayState, transitions: PyTree,
 
 def _ranges(spec: ReplaySpec, state: ReplayState) -> tuple[Array, Array]:
     """Per stream: the slot of the oldest sampleable start, and how many starts there are."""
-    capacity = jax.tree.leaves(state.data)[0].shape[1]
+    capacity = _capacity(state)
     stored = jnp.minimum(state.stream_added, capacity)
     wrapped = state.stream_added > capacity
-    oldest = jnp.where(wrapped, state.write_index, 0)
-    if spec.layout == "frames":
-        skip = jnp.where(wrapped, STACK - 1, 0)
-        return (oldest + skip) % capacity, jnp.maximum(stored - skip - spec.n_step, 0)
-    return oldest, stored - jnp.minimum(spec.n_step - 1, state.steps_since_end)
+    skip = jnp.where(wrapped, spec.history, 0)
+    oldest = (jnp.where(wrapped, state.write_index, 0) + skip) % capacity
+    waiting = (spec.n_step if spec.next_obs is None
+               else jnp.minimum(spec.n_step - 1, state.steps_since_end))
+    return oldest, jnp.maximum(stored - skip - waiting, 0)
 
 
 def num_sampleable(spec: ReplaySpec, state: ReplayState) -> Array:
@@ -401,26 +380,9 @@ def can_sample(spec: ReplaySpec, state: ReplayState, batch_size: int) -> Array:
     return num_sampleable(spec, state) >= batch_size
 
 
-def frame_stack(spec: ReplaySpec, state: ReplayState, stream: Array, slot: Array) -> Array:
-    """(..., 4, H, W) rebuilt observations of the (stream, slot) pairs (same shapes), frames
-    layout only (see the module docstring for the padding rule)."""
-    capacity = state.data["obs"].shape[1]
-    slots = (slot[..., None] + jnp.arange(-(STACK - 1), 1)) % capacity
-    streams = jnp.broadcast_to(stream[..., None], slots.shape)
-    frames = state.data["obs"][streams, slots]
-    first = state.data["first"][streams, slots]
-    # The latest game start among positions 1..3 (position 0 cannot cut the stack).
-    positions = jnp.arange(STACK)
-    start = jnp.max(jnp.where(first & (positions > 0), positions, 0), axis=-1)
-    before = positions < start[..., None]
-    if spec.pad == "repeat":
-        fill = jnp.take_along_axis(frames, start[..., None, None, None], axis=-3)
-    else:
-        fill = jnp.zeros_like(frames)
-    return jnp.where(before[..., None, None], fill, frames)
-
-
-def _zero_invalid(valid: Array, tree: PyTree) -> PyTree:
+def keep_valid(valid: Array, tree: PyTree) -> PyTree:
+    """``tree`` (leaves with a leading (B,) axis) with the rows where ``valid`` is False
+    zeroed."""
     return jax.tree.map(lambda x: jnp.where(valid.reshape((-1,) + (1,) * (x.ndim - 1)), x,
                                             jnp.zeros_like(x)), tree)
 
@@ -434,7 +396,7 @@ def sample(spec: ReplaySpec, state: ReplayState, key: Array, batch_size: int) ->
     """
     check_positive("batch_size", batch_size)
     data = state.data
-    capacity = jax.tree.leaves(data)[0].shape[1]
+    capacity = _capacity(state)
     start_slot, count = _ranges(spec, state)
     total = jnp.sum(count)
     u = jax.random.randint(key, (batch_size,), 0, jnp.maximum(total, 1))
@@ -442,56 +404,53 @@ def sample(spec: ReplaySpec, state: ReplayState, key: Array, batch_size: int) ->
     stream = jnp.clip(jnp.searchsorted(ends, u, side="right"), 0, spec.num_streams - 1)
     t = (start_slot[stream] + u - (ends[stream] - count[stream])) % capacity
     window = (t[:, None] + jnp.arange(spec.n_step)) % capacity
-    s = stream[:, None]
-    anything = jnp.broadcast_to(total > 0, (batch_size,))
-    indices = (stream * capacity + t).astype(jnp.int32)
-    if spec.layout == "frames":
-        target = n_step_target(data["reward"][s, window], data["terminal"][s, window],
-                               gamma=spec.gamma, cuts=data["truncated"][s, window],
-                               valid=anything)
-        k = target.n_steps
-        valid = k > 0
-        transition = {"obs": frame_stack(spec, state, stream, t),
-                      **{name: x[stream, t] for name, x in data.items()
-                         if name not in FRAME_FIELDS or name == "action"}}
-        bootstrap = frame_stack(spec, state, stream, (t + k) % capacity)
-        return ReplaySample(_zero_invalid(valid, transition), target.n_step_return,
-                            target.discount, _zero_invalid(valid, bootstrap), k, indices, valid)
+    at = lambda tree, slot: jax.tree.map(
+        lambda x: x[stream.reshape(stream.shape + (1,) * (slot.ndim - 1)), slot], tree)
+    steps = at({name: _field(data, name, "state.data") for name in _scalar_fields(
+        spec, data, "state.data")}, window)
+    terminal = steps[spec.terminal].astype(bool)
+    stored_successor = spec.next_obs is not None
     target = n_step_target(
-        _field(data, spec.reward, "state.data")[s, window].astype(jnp.float32),
-        _field(data, spec.terminal, "state.data")[s, window].astype(bool), gamma=spec.gamma,
-        ends=_episode_ends(spec, data)[s, window], valid=anything)
-    k = jnp.maximum(target.n_steps, 1)
-    last = jnp.take_along_axis(window, (k - 1)[:, None], axis=1)[:, 0]
-    gather = lambda tree, idx: _zero_invalid(anything, jax.tree.map(lambda x: x[stream, idx],
-                                                                    tree))
+        steps[spec.reward].astype(jnp.float32), terminal, gamma=spec.gamma,
+        ends=_episode_ends(spec, steps) if stored_successor else terminal,
+        cuts=None if stored_successor else _flag(steps, spec.truncated),
+        valid=jnp.broadcast_to(total > 0, (batch_size,)))
+    valid = target.n_steps > 0
+    if stored_successor:
+        k = jnp.maximum(target.n_steps, 1)
+        last = jnp.take_along_axis(window, (k - 1)[:, None], axis=1)[:, 0]
+        successor = at(_field(data, spec.next_obs, "state.data"), last)
+    else:
+        k = target.n_steps
+        successor = at(_field(data, spec.obs, "state.data"), (t + k) % capacity)
     return ReplaySample(
-        transition=gather(data, t), n_step_return=target.n_step_return,
-        discount=target.discount,
-        bootstrap_obs=gather(_field(data, spec.next_obs, "state.data"), last),
-        n_steps=k.astype(jnp.int32), indices=indices, valid=anything)
+        transition=keep_valid(valid, at(data, t)), n_step_return=target.n_step_return,
+        discount=target.discount, bootstrap_obs=keep_valid(valid, successor),
+        n_steps=k.astype(jnp.int32), indices=(stream * capacity + t).astype(jnp.int32),
+        valid=valid)
 
 
 def make_replay_buffer(n_step: int = 1, gamma: float = 0.99, *, num_streams: int = 1,
-                       layout: str = "transitions", pad: str = "repeat",
                        reward: str = "reward", terminal: str = "terminal",
-                       next_obs: str = "next_obs", truncated: str | None = "truncated"
-                       ) -> ReplayBuffer:
+                       next_obs: str | None = "next_obs", truncated: str | None = "truncated",
+                       obs: str = "obs", history: int = 0) -> ReplayBuffer:
     """Build a uniform n-step replay buffer (the core's functions with the spec bound).
 
     Args:
       n_step: maximum number of rewards summed per target (n >= 1).
       gamma: discount in [0, 1].
       num_streams: E >= 1 environments writing one transition each per :func:`add`.
-      layout: ``"transitions"`` (whole transitions) or ``"frames"`` (Atari stacks, each frame
-        stored once); see the module docstring.
-      pad: the frames layout's padding of stacks at a game start, ``"repeat"`` or ``"zero"``.
-      reward, terminal, next_obs: (transitions layout) names of the fields holding the scalar
-        reward, the scalar terminal flag (no bootstrap) and the observation pytree to
-        bootstrap from.
-      truncated: (transitions layout) name of a scalar truncation flag (episode ends,
-        bootstrap kept); used when the transition has such a field, ignored when it has none
-        (or ``truncated=None``).
+      reward, terminal: names of the fields holding the scalar reward and the scalar terminal
+        flag (no bootstrap).
+      next_obs: name of the field holding the observation pytree to bootstrap from; None: the
+        successor of a step is the ``obs`` field of its stream's next slot (see the module
+        docstring).
+      truncated: name of a scalar truncation flag (the episode ends; the step bootstraps when
+        its successor is stored, and is cut when it is not); used when the transition has such
+        a field, ignored when it has none (or ``truncated=None``).
+      obs: name of the observation field (read as the successor when ``next_obs=None``).
+      history: slots before a start that a layout reads (>= 0); once a stream has wrapped, its
+        ``history`` oldest slots are never starts.
 
     Returns:
       :class:`ReplayBuffer`: ``init(capacity, example)``, ``add(state, transitions,
@@ -504,10 +463,10 @@ def make_replay_buffer(n_step: int = 1, gamma: float = 0.99, *, num_streams: int
         raise ValueError(f"gamma: expected a value in [0, 1], got {gamma}")
     if not isinstance(num_streams, int | np.integer) or num_streams < 1:
         raise ValueError(f"num_streams: expected an integer >= 1, got {num_streams!r}")
-    check_choice("layout", layout, LAYOUTS)
-    check_choice("pad", pad, PADS)
-    spec = ReplaySpec(n_step, float(gamma), int(num_streams), layout, pad, reward, terminal,
-                      next_obs, truncated)
+    if not isinstance(history, int | np.integer) or history < 0:
+        raise ValueError(f"history: expected an integer >= 0, got {history!r}")
+    spec = ReplaySpec(n_step, float(gamma), int(num_streams), reward, terminal, next_obs,
+                      truncated, obs, int(history))
     bind = lambda fn: functools.partial(fn, spec)
     return ReplayBuffer(bind(init), bind(add), bind(sample), bind(can_sample),
                         bind(num_sampleable), spec)

@@ -21,6 +21,7 @@ from hyperx.bandits.neural import neural_ensemble_pp
 from hyperx.llm import train as llm_train
 from hyperx.llm.tasks import Task
 from hyperx.replay import ReplayBuffer, make_replay_buffer
+from hyperx.replay_frames import make_frame_replay
 
 
 def protocol_of(annotation):
@@ -63,8 +64,7 @@ def test_agent_functions_take_what_their_protocols_name(num_envs):
 
 def test_replay_functions_take_what_their_protocols_name():
     assert check_fields(make_replay_buffer(3, 0.9), ReplayBuffer) == 5
-    assert check_fields(make_replay_buffer(3, 0.9, num_streams=2, layout="frames"),
-                        ReplayBuffer) == 5
+    assert check_fields(make_frame_replay(3, 0.9, num_streams=2), ReplayBuffer) == 5
 
 
 @pytest.mark.parametrize("make", [uniform_random, lambda: epsilon_greedy(0.1), exact_ts,

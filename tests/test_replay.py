@@ -286,8 +286,8 @@ def test_bad_input_names_the_argument():
         buf.add(state, one(transition(0, 1.0)), jnp.ones(2, bool))
     with pytest.raises(ValueError, match="num_streams"):
         make_replay_buffer(1, num_streams=0)
-    with pytest.raises(ValueError, match="layout"):
-        make_replay_buffer(1, layout="episodes")
+    with pytest.raises(ValueError, match="history"):
+        make_replay_buffer(1, history=-1)
     with pytest.raises(ValueError, match="batch_size"):
         buf.sample(state, jax.random.key(0), 0)
 

@@ -1,18 +1,20 @@
-"""The replay core's frames layout: stacks rebuilt from frames stored once, never across a game
-start; one stream per environment."""
+"""Atari's frame replay on the replay core: stacks rebuilt from frames stored once, never across
+a game start; one stream per environment."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyperx.replay import frame_stack, make_replay_buffer, replay_bytes
+from hyperx.replay import replay_bytes
+from hyperx.replay_frames import frame_stack
+from hyperx.replay_frames import make_frame_replay as make
 
 H = W = 2
 
 
 def make_frame_replay(num_streams, n_step=1, gamma=0.99, pad="repeat"):
-    return make_replay_buffer(n_step, gamma, num_streams=num_streams, layout="frames", pad=pad)
+    return make(n_step, gamma, num_streams=num_streams, pad=pad)
 
 
 def frame(value: int) -> np.ndarray:
@@ -57,8 +59,8 @@ def test_rebuilt_stacks_equal_the_environments_and_never_cross_a_game_start(pad)
               False, False]
     state = fill(replay, state, values, firsts, pad)
     want = env_stacks(values, firsts, pad)
-    got = frame_stack(replay.spec, state, jnp.zeros(len(values), jnp.int32),
-                       jnp.arange(len(values), dtype=jnp.int32))
+    got = frame_stack(state, jnp.zeros(len(values), jnp.int32),
+                      jnp.arange(len(values), dtype=jnp.int32), pad)
     np.testing.assert_array_equal(np.asarray(got), np.stack(want))
     # The stack after the start at slot 7 holds nothing of the game before it.
     assert set(np.unique(np.asarray(got[8]))) <= {0, 8, 9}
@@ -164,13 +166,3 @@ def test_bad_arguments_name_themselves():
         replay.init(4, EXAMPLE)
     with pytest.raises(ValueError, match="missing"):
         replay.init(64, {"obs": EXAMPLE["obs"]})
-
-
-def test_the_old_module_still_builds_it_with_a_warning():
-    import hyperx.atari_replay as old
-
-    with pytest.warns(DeprecationWarning, match="layout='frames'"):
-        replay = old.make_frame_replay(2, 3, 0.5, pad="zero")
-    assert replay.spec == make_frame_replay(2, 3, 0.5, pad="zero").spec
-    with pytest.warns(DeprecationWarning, match="hyperx.replay.replay_bytes"):
-        assert old.replay_bytes is replay_bytes

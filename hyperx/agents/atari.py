@@ -5,9 +5,9 @@ One pool of ``seeds x envs_per_seed`` games (:mod:`hyperx.envs.atari`) serves ev
 env handle cannot be vmapped, so the pool's batch axis is split into seeds, and the agents
 (:func:`hyperx.agents.core.make_agent` with ``num_envs=envs_per_seed``) are vmapped over
 seeds. Per iteration every game takes one step; autoreset steps (the first observation of a
-new game, returned one step after a game ends) store nothing, and the frame replay (the
-``"frames"`` layout of :mod:`hyperx.replay`, one stream per game) never builds a stack across
-a game start.
+new game, returned one step after a game ends) store nothing, and the frame replay
+(:func:`hyperx.replay_frames.make_frame_replay`, one stream per game) never builds a stack
+across a game start.
 
 Between chunks (``eval_every`` env steps per seed) the host evaluates every seed's greedy
 policy on separate games (no life loss, no clipping, a fresh index per episode, the 27,000-step
@@ -60,7 +60,8 @@ from hyperx.loop import (
     scan_program,
     shard_leading_axis,
 )
-from hyperx.replay import make_replay_buffer, replay_bytes
+from hyperx.replay import replay_bytes
+from hyperx.replay_frames import make_frame_replay
 
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
@@ -207,8 +208,7 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
     """The act / observe halves of one iteration for ``num_seeds`` vmapped agents."""
     check_positive("num_seeds", num_seeds)
     check_positive("envs_per_seed", envs_per_seed)
-    replay = make_replay_buffer(config.n_step, config.gamma, num_streams=envs_per_seed,
-                                layout="frames", pad=pad)
+    replay = make_frame_replay(config.n_step, config.gamma, num_streams=envs_per_seed, pad=pad)
     agent = make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
                        step_budget=step_budget * envs_per_seed, num_envs=envs_per_seed,
                        replay=replay)

@@ -76,7 +76,6 @@ from hyperx.losses import (
     perturbed_value_loss,
 )
 from hyperx.replay import (
-    FRAME_FIELDS,
     ReplayBuffer,
     ReplayState,
     make_replay_buffer,
@@ -284,12 +283,13 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
 
     * one environment (``num_envs=None``): ``act(state, key, obs)`` on one observation returns
       a scalar action; ``observe`` takes one :class:`Transition` (with ``next_obs``); the
-      replay is a one-stream ``"transitions"`` buffer; the acting index is (J, M).
+      replay is a one-stream whole-transition buffer; the acting index is (J, M).
     * B environments (``num_envs=B`` with ``replay``, one stream per env, e.g.
       :func:`hyperx.replay.make_replay_buffer` with ``num_streams=B``): ``act`` takes (B, ...)
       observations and returns (B,) actions; ``observe`` takes a :class:`BatchTransition`
-      (the ``"frames"`` layout: the successor is the stream's next stored observation) or a
-      :class:`Transition` with (B, ...) leaves (the ``"transitions"`` layout); each env has its
+      (a buffer that does not store successors, :func:`hyperx.replay_frames.make_frame_replay`:
+      the successor is the stream's next stored observation) or a :class:`Transition` with
+      (B, ...) leaves (a buffer that stores ``next_obs``); each env has its
       own (J, M) index, epsilon and tie-break draws; every call advances ``env_steps`` by B.
 
     The learning schedule is one rule for both: ``updates_per_step`` gradient steps per
@@ -370,8 +370,10 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                           jnp.zeros((), jnp.float32))
 
     def stored_example() -> dict:
-        """One stored transition of the buffer's layout, with its perturbation z."""
-        fields = Transition._fields if buffer.spec.layout == "transitions" else FRAME_FIELDS
+        """One stored transition with its perturbation z: a :class:`Transition` when the
+        buffer stores successors, else a :class:`BatchTransition` without ``valid``."""
+        fields = (Transition._fields if buffer.spec.next_obs is not None
+                  else tuple(name for name in BatchTransition._fields if name != "valid"))
         dtypes = dict(action=jnp.int32, reward=jnp.float32)
         example = {name: (obs_example if name in ("obs", "next_obs")
                           else jnp.zeros((), dtypes.get(name, jnp.bool_))) for name in fields}

@@ -20,7 +20,7 @@ frame cap), the NEXT step ignores its action and returns the first observation o
 with reward 0; that output is flagged ``reset_step``. A learner must not store the transition
 of a reset step: its "observation" is the previous game's last one and its "next observation"
 the new game's first. :mod:`hyperx.agents.atari` masks those steps out of the replay, and
-:mod:`hyperx.replay` (its ``"frames"`` layout) never builds a frame stack across a game start.
+:mod:`hyperx.replay_frames` never builds a frame stack across a game start.
 
 Where the backends differ (tests/envs/test_atari_env.py measures it): the stack right after a
 reset repeats the first frame four times in envpool and pads with three zero frames in ale-py;

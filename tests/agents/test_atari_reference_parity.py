@@ -17,13 +17,13 @@ from hyperx.agents.core import Transition
 from hyperx.envs.atari import OBS_SHAPE
 from hyperx.heads import HypermodelHead, MLPTorso, NatureCNN, minmax_rows, unit_index
 from hyperx.losses import grad_sq_norm
-from hyperx.replay import make_replay_buffer
+from hyperx.replay_frames import make_frame_replay
 
 FRAMES = jax.random.randint(jax.random.PRNGKey(7), (3, *OBS_SHAPE), 0, 256).astype(jnp.uint8)
 
 
 def _atari_agent(config, num_actions: int = 6):
-    replay = make_replay_buffer(config.n_step, config.gamma, layout="frames", pad="repeat")
+    replay = make_frame_replay(config.n_step, config.gamma, pad="repeat")
     return make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8), num_envs=1,
                       replay=replay)
 

@@ -34,7 +34,6 @@ environments the whole run is one ``lax.scan`` (:mod:`hyperx.agents.deepsea`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -457,14 +456,6 @@ def make_optimizer(config: AgentConfig) -> optax.GradientTransformation:
         optax.clip_by_global_norm(config.max_grad_norm) if config.max_grad_norm
         else optax.identity(),
         optax.adam(config.learning_rate, eps=config.adam_eps))
-
-
-def make_optimiser(config: AgentConfig) -> optax.GradientTransformation:
-    """Deprecated spelling of :func:`make_optimizer` (kept for one release)."""
-    warnings.warn("hyperx.agents.core.make_optimiser is make_optimizer (one spelling, as "
-                  "hyperx.llm.train.make_optimizer); make_optimiser goes in the next release",
-                  DeprecationWarning, stacklevel=2)
-    return make_optimizer(config)
 
 
 def _learned(state: AgentState) -> tuple:

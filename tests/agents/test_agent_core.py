@@ -220,19 +220,6 @@ def test_vmapped_observe_learns_only_when_due_and_equals_each_seed_alone():
     assert "cond[" in jaxpr
 
 
-def test_the_old_spelling_of_make_optimizer_warns_and_gives_the_same_optimiser():
-    from hyperx.agents.core import make_optimiser, make_optimizer
-
-    config = get_config("dqn")
-    params = {"w": jnp.ones(3)}
-    with pytest.warns(DeprecationWarning, match="make_optimizer"):
-        old = make_optimiser(config)
-    new = make_optimizer(config)
-    grads = {"w": jnp.arange(3.0)}
-    np.testing.assert_array_equal(old.update(grads, old.init(params), params)[0]["w"],
-                                  new.update(grads, new.init(params), params)[0]["w"])
-
-
 def test_one_make_agent_path_for_one_or_many_environments():
     """The batched face of the same functions on the whole-transition layout: B = 3 DeepSea-
     style streams, each env its own index; one call stores one transition per env, advances

@@ -128,9 +128,8 @@ def update_time(agent: str, game: str, repeats: int = 20) -> float:
     """Seconds per gradient step: the jitted update at the top level on a filled replay."""
     cfg = config(agent, 10**9)
     env = make_atari(game, num_envs=1)
-    replay = make_frame_replay(cfg.n_step, cfg.gamma)
     agent_fns = make_agent(cfg, env.num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
-                           num_envs=1, replay=replay, step_budget=4096)
+                           num_envs=1, replay=make_frame_replay, step_budget=4096)
     state = jax.jit(agent_fns.init)(jax.random.PRNGKey(0))
     obs, _ = env.reset()
     observe = jax.jit(agent_fns.observe)

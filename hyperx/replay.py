@@ -188,6 +188,14 @@ class ReplayBuffer(NamedTuple):
     spec: ReplaySpec
 
 
+class ReplayFactory(Protocol):
+    """``make(n_step, gamma, *, num_streams) -> ReplayBuffer``: a buffer's builder, such as
+    :func:`make_replay_buffer` or :func:`hyperx.replay_frames.make_frame_replay` (what
+    :func:`hyperx.agents.core.make_agent` builds its replay with)."""
+
+    def __call__(self, n_step: int, gamma: float, *, num_streams: int) -> ReplayBuffer: ...
+
+
 def n_step_target(rewards: Array, terminal: Array, *, gamma: float,
                   ends: Array | None = None, cuts: Array | None = None,
                   valid: Array | None = None) -> NStepTarget:

@@ -54,10 +54,7 @@ def check_fields(obj, cls) -> int:
 
 @pytest.mark.parametrize("num_envs", [None, 3])
 def test_agent_functions_take_what_their_protocols_name(num_envs):
-    config = get_config("hyperagent")
-    replay = None if num_envs is None else make_replay_buffer(
-        config.n_step, config.gamma, num_streams=num_envs)
-    agent = make_agent(config, 2, jnp.zeros(4), num_envs=num_envs, replay=replay)
+    agent = make_agent(get_config("hyperagent"), 2, jnp.zeros(4), num_envs=num_envs)
     assert check_fields(agent, Agent) == 7
     assert check_fields(agent.jit(), Agent) == 7
 

@@ -28,6 +28,7 @@ first stored observation of each stream is flagged as a game start).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import time
@@ -41,13 +42,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from hyperx._rundir import write_atomic
-from hyperx._validation import (
-    check_memory,
-    check_positive,
-    check_range,
-    device_memory_bytes,
-    format_bytes,
-)
+from hyperx._validation import check_positive, check_range
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
@@ -66,6 +61,8 @@ from hyperx.replay_frames import make_frame_replay
 Array = jax.Array
 PAD = {"envpool": "repeat", "ale": "zero"}
 """How each backend fills the stack right after a reset (see :mod:`hyperx.envs.atari`)."""
+MAX_ACTIONS = 18
+"""The ALE's full action set, the most actions a game has (:func:`check_replay_memory`)."""
 MAX_EVAL_STEPS = 27_000
 EVAL_SEED = 10_000
 """Offset of the evaluation games' seeds from the run's ``seed`` (:func:`evaluation_seeds`)."""
@@ -205,13 +202,18 @@ def evaluation_seeds(seed: int, index: int, t: int) -> tuple[Array, int]:
 
 def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per_seed: int,
                  step_budget: int, pad: str) -> AtariProgram:
-    """The act / observe halves of one iteration for ``num_seeds`` vmapped agents."""
+    """The act / observe halves of one iteration for ``num_seeds`` vmapped agents.
+
+    The agents' frame replay (one stream per game, ``pad`` as the backend fills a stack) is
+    built, sized and checked against device memory by :func:`make_agent`, for ``num_seeds``
+    seeds whose state a chunk holds twice (:func:`hyperx.loop.run_scan` does not donate its
+    carry)."""
     check_positive("num_seeds", num_seeds)
     check_positive("envs_per_seed", envs_per_seed)
-    replay = make_frame_replay(config.n_step, config.gamma, num_streams=envs_per_seed, pad=pad)
     agent = make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
                        step_budget=step_budget * envs_per_seed, num_envs=envs_per_seed,
-                       replay=replay)
+                       replay=functools.partial(make_frame_replay, pad=pad),
+                       num_seeds=num_seeds, carries=2)
 
     def act(seeds: SeedCarry) -> tuple[SeedCarry, Array, Array]:
         keys = jax.vmap(lambda k: jax.random.split(k, 3))(seeds.key)
@@ -248,14 +250,11 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
 
 
 def check_replay_memory(config: AgentConfig, seeds: int, steps: int) -> None:
-    """Raise ``ValueError`` with the estimate when ``seeds`` frame replays (of
-    ``min(buffer_size, steps)`` transitions each, twice over for a chunk's input and output)
-    exceed device memory: a 1M buffer is 7.1 GB per seed."""
-    per_seed = min(config.buffer_size, steps) * (OBS_SHAPE[1] * OBS_SHAPE[2] + 11
-                                                  + 4 * config.index_dim)
-    check_memory(f"replay of {seeds} seed(s) x {min(config.buffer_size, steps)} transitions "
-                 f"({format_bytes(per_seed)} per seed)", 2 * seeds * per_seed,
-                 device_memory_bytes(), "device memory")
+    """Raise ``ValueError`` with the estimate when ``seeds`` agents of a :func:`train_atari`
+    run of ``steps`` env steps per seed exceed device memory, before anything is allocated
+    (a ``--dry-run``): the check :func:`make_program` makes, on the ALE's full action set.
+    A 1M frame replay is 7.1 GB per seed, held twice."""
+    make_program(config, MAX_ACTIONS, seeds, 1, steps, PAD["envpool"])
 
 
 def initial_carry(program: AtariProgram, first_obs: np.ndarray, seed: int,
@@ -465,7 +464,6 @@ def train_atari(
     check_positive("eval_max_steps", eval_max_steps)
     schedule = run_schedule(steps, envs_per_seed, eval_every, chunk_steps, eval_at_start)
     iterations, eval_iters, every = schedule.iterations, schedule.eval_iters, schedule.chunk_iters
-    check_replay_memory(config, seeds, iterations * envs_per_seed)
     devices = None if devices is None else list(devices)
     num_devices = 1 if devices is None else len(devices)
     check_positive("devices", num_devices)

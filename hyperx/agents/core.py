@@ -75,9 +75,10 @@ from hyperx.losses import (
     perturbed_value_loss,
 )
 from hyperx.replay import (
-    ReplayBuffer,
+    ReplayFactory,
     ReplayState,
     make_replay_buffer,
+    min_slots,
     replay_capacity,
 )
 
@@ -272,7 +273,8 @@ def greedy_action(key: Array, q: Array) -> Array:
 
 def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                num_states: int | None = None, step_budget: int | None = None,
-               num_envs: int | None = None, replay: ReplayBuffer | None = None) -> Agent:
+               num_envs: int | None = None, replay: ReplayFactory = make_replay_buffer,
+               num_seeds: int = 1, carries: int = 1) -> Agent:
     """Build the agent of ``config`` for observations shaped like ``obs_example``.
 
     One set of functions serves one environment or ``B = num_envs`` at once: every per-env
@@ -282,18 +284,20 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
 
     * one environment (``num_envs=None``): ``act(state, key, obs)`` on one observation returns
       a scalar action; ``observe`` takes one :class:`Transition` (with ``next_obs``); the
-      replay is a one-stream whole-transition buffer; the acting index is (J, M).
-    * B environments (``num_envs=B`` with ``replay``, one stream per env, e.g.
-      :func:`hyperx.replay.make_replay_buffer` with ``num_streams=B``): ``act`` takes (B, ...)
-      observations and returns (B,) actions; ``observe`` takes a :class:`BatchTransition`
-      (a buffer that does not store successors, :func:`hyperx.replay_frames.make_frame_replay`:
-      the successor is the stream's next stored observation) or a :class:`Transition` with
-      (B, ...) leaves (a buffer that stores ``next_obs``); each env has its
-      own (J, M) index, epsilon and tie-break draws; every call advances ``env_steps`` by B.
+      replay has one stream; the acting index is (J, M).
+    * B environments (``num_envs=B``, one replay stream per env): ``act`` takes (B, ...)
+      observations and returns (B,) actions; ``observe`` takes a :class:`Transition` with
+      (B, ...) leaves, or a :class:`BatchTransition` when the replay does not store successors
+      (:func:`hyperx.replay_frames.make_frame_replay`: the successor is the stream's next
+      stored observation); each env has its own (J, M) index, epsilon and tie-break draws;
+      every call advances ``env_steps`` by B.
 
-    The learning schedule is one rule for both: ``updates_per_step`` gradient steps per
-    ``update_every`` env steps (:func:`updates_per_iteration`), once ``learning_starts`` env
-    steps are taken and the buffer can fill a batch.
+    The replay is built here, once: ``replay(config.n_step, config.gamma, num_streams=B)``
+    with ``min(buffer_size, step_budget)`` slots (at least the buffer's
+    :func:`~hyperx.replay.min_slots` per stream). The learning schedule is one rule for both:
+    ``updates_per_step`` gradient steps per ``update_every`` env steps
+    (:func:`updates_per_iteration`), once ``learning_starts`` env steps are taken and the
+    buffer can fill a batch.
 
     Args:
       config: the configuration (see :func:`hyperx.agents.config.get_config`).
@@ -302,28 +306,32 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
       num_states: for integer state ids (DeepSea's compact ``row * N + column``), the number
         of states; the torso then embeds the id (O(1) in the number of states).
       step_budget: env steps of the run; the buffer holds ``min(buffer_size, step_budget)``.
-      num_envs: act in B = ``num_envs`` environments at once; then ``replay`` is the buffer.
-      replay: the batched agent's buffer (``num_streams = num_envs``); ``None`` with
-        ``num_envs=None``.
+      num_envs: act in B = ``num_envs`` environments at once.
+      replay: the buffer's builder (:class:`~hyperx.replay.ReplayFactory`), default
+        :func:`hyperx.replay.make_replay_buffer` (whole transitions).
+      num_seeds, carries: what the memory check counts: seeds of this agent on one device
+        (vmapped), and states of a seed held at once (2 for a loop whose compiled chunk does
+        not donate its state: the chunk's input and output).
 
-    Raises ``ValueError`` with the estimate (:func:`check_agent_memory`) when one seed's state
-    cannot fit in device memory, before anything is allocated.
+    Raises ``ValueError`` with the estimate (:func:`check_agent_memory`) when ``num_seeds``
+    seeds' states cannot fit in device memory, before anything is allocated.
     """
     check_int("num_actions", num_actions)
-    if (num_envs is None) != (replay is None):
-        raise ValueError("num_envs, replay: expected both (a batched agent) or neither")
+    check_int("num_seeds", num_seeds)
+    check_int("carries", carries)
     obs_example = jnp.asarray(obs_example)
     if num_states is not None:
         check_int("num_states", num_states)
         check_shape("obs_example", obs_example, (), "() for integer state ids")
     if num_envs is not None:
         check_int("num_envs", num_envs)
-        if replay.spec.num_streams != num_envs:
-            raise ValueError(f"replay: expected one stream per environment (num_streams = "
-                             f"num_envs = {num_envs}), got {replay.spec.num_streams}")
+    buffer = replay(config.n_step, config.gamma, num_streams=num_envs or 1)
+    if num_envs is None and buffer.spec.next_obs is None:
+        raise ValueError("replay: expected a buffer that stores successors (next_obs) for one "
+                         "environment; one that does not takes a BatchTransition: pass num_envs")
     capacity = config.buffer_size if step_budget is None else replay_capacity(
         config.buffer_size, step_budget)
-    capacity = max(capacity, config.n_step)
+    capacity = max(capacity, min_slots(buffer.spec) * buffer.spec.num_streams)
     network = make_network(make_head(config, num_actions, make_torso(config, num_states)))
     index = make_index(config.index, config.index_dim)
     if config.update_index == "support":  # before _make_learner builds the (n, M) support
@@ -332,7 +340,6 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                      f"device memory for the {index.support_size():,} support points of the "
                      f"{config.index} index (update_index='support')")
     perturbation = make_index("sphere", config.index_dim)
-    buffer = make_replay_buffer(config.n_step, config.gamma) if replay is None else replay
     lead = () if num_envs is None else (num_envs,)
     envs = num_envs or 1
     per_iteration, period = updates_per_iteration(config, envs)
@@ -421,19 +428,21 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
         return _learn_if(due, state, k_learn, learn, per_iteration)
 
     agent = Agent(config, network, init, act, observe, learn, acting_index, greedy, q_values)
-    check_agent_memory(agent, capacity)
+    check_agent_memory(agent, capacity, num_seeds, carries)
     return agent
 
 
-def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1) -> None:
+def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1,
+                       carries: int = 1) -> None:
     """Raise ``ValueError`` with the estimate when ``num_seeds`` seeds of ``agent`` cannot fit
     in device memory, from shapes only (``jax.eval_shape`` of ``init``: nothing is allocated).
 
-    Counted per seed: the state (online and target parameters, the frozen prior, Adam's two
-    moments, the replay of ``capacity`` transitions with their ``index_dim`` perturbations z),
-    one gradient (the parameters' size) and the loss's float32 indices (``batch_size x
-    num_indices x index_dim``, or the support, twice: online and target). Activations of a
-    gradient step are not counted, so this is a floor: a refusal is certain, a pass is not.
+    Counted per seed: ``carries`` copies of the state (online and target parameters, the
+    frozen prior, Adam's two moments, the replay of ``capacity`` transitions with their
+    ``index_dim`` perturbations z), one gradient (the parameters' size) and the loss's float32
+    indices (``batch_size x num_indices x index_dim``, or the support, twice: online and
+    target). Activations of a gradient step are not counted, so this is a floor: a refusal is
+    certain, a pass is not.
     """
     config = agent.config
     state = jax.eval_shape(agent.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
@@ -441,12 +450,14 @@ def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1) -> None:
         indices = make_index(config.index, config.index_dim).support_size()
     else:
         indices = config.batch_size * config.num_indices
-    per_seed = (tree_bytes(state) + tree_bytes(state.params)
+    per_seed = (carries * tree_bytes(state) + tree_bytes(state.params)
                 + 2 * 4 * indices * config.index_dim)
+    held = "" if carries == 1 else f", the state held {carries} times"
+    seeds = "" if num_seeds == 1 else f" x {num_seeds:,} seeds"
     check_memory(f"{config.name} with index_dim = {config.index_dim} and {capacity:,} replay "
-                 f"slots ({format_bytes(per_seed)} per seed)", num_seeds * per_seed,
-                 device_memory_bytes(), "device memory for the agent's state, a gradient and "
-                 "the loss's indices")
+                 f"slots ({format_bytes(per_seed)} per seed{held}){seeds}",
+                 num_seeds * per_seed, device_memory_bytes(), "device memory for the agent's "
+                 "state, a gradient and the loss's indices")
 
 
 def make_optimizer(config: AgentConfig) -> optax.GradientTransformation:

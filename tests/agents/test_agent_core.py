@@ -6,6 +6,7 @@ import pytest
 import hyperx.agents.core as core
 from hyperx.agents import AGENT_NAMES, Transition, get_config, make_agent
 from hyperx.agents.core import greedy_action
+from hyperx.replay_frames import make_frame_replay
 
 NUM_STATES = 16
 
@@ -225,9 +226,8 @@ def test_one_make_agent_path_for_one_or_many_environments():
     style streams, each env its own index; one call stores one transition per env, advances
     env_steps by B and keeps one update per ``update_every`` env steps (here 1 per 3)."""
     config = get_config("hyperagent", learning_starts=6, batch_size=4, update_every=3)
-    replay = core.make_replay_buffer(config.n_step, config.gamma, num_streams=3)
     agent = make_agent(config, 2, jnp.int32(0), num_states=NUM_STATES, step_budget=90,
-                       num_envs=3, replay=replay).jit()
+                       num_envs=3).jit()
     state = agent.init(jax.random.PRNGKey(0))
     assert state.index.shape == (3, 1, config.index_dim)
     assert not np.allclose(state.index[0], state.index[1])
@@ -244,13 +244,14 @@ def test_one_make_agent_path_for_one_or_many_environments():
                                   np.arange(3)[:, None])
 
 
-def test_a_batched_agent_needs_one_replay_stream_per_environment():
+def test_the_agent_builds_one_replay_stream_per_environment():
     config = get_config("hyperagent")
-    with pytest.raises(ValueError, match="num_streams"):
-        make_agent(config, 2, jnp.int32(0), num_states=NUM_STATES, num_envs=3,
-                   replay=core.make_replay_buffer(config.n_step, config.gamma, num_streams=2))
-    with pytest.raises(ValueError, match="num_envs, replay"):
-        make_agent(config, 2, jnp.int32(0), num_states=NUM_STATES, num_envs=3)
+    agent = make_agent(config, 2, jnp.int32(0), num_states=NUM_STATES, num_envs=3,
+                       step_budget=30)
+    state = jax.eval_shape(agent.init, jax.ShapeDtypeStruct((2,), jnp.uint32))
+    assert state.replay.write_index.shape == (3,) and state.replay.data["obs"].shape == (3, 10)
+    with pytest.raises(ValueError, match="replay: expected a buffer that stores successors"):
+        make_agent(config, 2, jnp.zeros((4, 2, 2), jnp.uint8), replay=make_frame_replay)
 
 
 def test_initial_parameters_do_not_depend_on_the_number_of_acting_indices():

@@ -23,9 +23,8 @@ FRAMES = jax.random.randint(jax.random.PRNGKey(7), (3, *OBS_SHAPE), 0, 256).asty
 
 
 def _atari_agent(config, num_actions: int = 6):
-    replay = make_frame_replay(config.n_step, config.gamma, pad="repeat")
     return make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8), num_envs=1,
-                      replay=replay)
+                      replay=make_frame_replay)
 
 
 def test_the_atari_hyperagent_config_is_the_reference_scripts():

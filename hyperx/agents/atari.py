@@ -45,6 +45,7 @@ from hyperx._rundir import write_atomic
 from hyperx._validation import check_positive, check_range
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
+from hyperx.agents.keys import run_key, step_keys
 from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
 from hyperx.loop import (
     Chunk,
@@ -207,7 +208,7 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
     The agents' frame replay (one stream per game, ``pad`` as the backend fills a stack) is
     built, sized and checked against device memory by :func:`make_agent`, for ``num_seeds``
     seeds whose state a chunk holds twice (:func:`hyperx.loop.run_scan` does not donate its
-    carry)."""
+    carry). Per iteration a seed's key chain steps as :func:`hyperx.agents.keys.step_keys`."""
     check_positive("num_seeds", num_seeds)
     check_positive("envs_per_seed", envs_per_seed)
     agent = make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
@@ -216,9 +217,9 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
                        num_seeds=num_seeds, carries=2)
 
     def act(seeds: SeedCarry) -> tuple[SeedCarry, Array, Array]:
-        keys = jax.vmap(lambda k: jax.random.split(k, 3))(seeds.key)
-        actions = jax.vmap(agent.act)(seeds.agent, keys[:, 1], seeds.obs)
-        return seeds._replace(key=keys[:, 0]), actions, keys[:, 2]
+        key, k_act, k_observe = jax.vmap(step_keys)(seeds.key)
+        actions = jax.vmap(agent.act)(seeds.agent, k_act, seeds.obs)
+        return seeds._replace(key=key), actions, k_observe
 
     def observe(seeds: SeedCarry, actions: Array, k_observe: Array, out: AtariStep
                 ) -> tuple[SeedCarry, StepLog]:
@@ -259,9 +260,8 @@ def check_replay_memory(config: AgentConfig, seeds: int, steps: int) -> None:
 
 def initial_carry(program: AtariProgram, first_obs: np.ndarray, seed: int,
                   num_evals: int) -> AtariCarry:
-    """Iteration 0: seed ``s`` keyed by ``fold_in(PRNGKey(seed), s)``."""
-    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.PRNGKey(seed), s))(
-        jnp.arange(program.num_seeds))
+    """Iteration 0: seed ``s`` keyed by :func:`hyperx.agents.keys.run_key` ``(seed, s)``."""
+    keys = jax.vmap(lambda s: run_key(seed, s))(jnp.arange(program.num_seeds))
     seeds = program.init(keys, jnp.asarray(first_obs))
     s = program.num_seeds
     evals = Evaluations(jnp.zeros((num_evals,), jnp.int32), jnp.zeros((num_evals, s)),

@@ -20,6 +20,12 @@ A stated exception: the bandit runner (:func:`hyperx.bandits.runner.run_bandit`)
 and rewards from the run's key, which this chain has no keys for, and routing it through this
 schedule would change every published bandit number; ``hyperx.bandits`` may not import
 ``hyperx.agents`` (docs/architecture.md), so it writes its own ``fold_in``.
+
+A second stated exception: the Atari trainer (:func:`hyperx.agents.atari.train_atari`) keys seed
+``s`` with :func:`run_key` and steps its chain with :func:`step_keys`, but does not split the
+run key: ``agent.init(run_key)``, and the step chain starts at ``fold_in(run_key, 1)``.
+Splitting it as :func:`split_run_key` does would change every Atari agent's initial weights and
+draws, so every recorded Atari number.
 """
 
 from __future__ import annotations

@@ -51,8 +51,7 @@ which equals B sequential steps with the same perturbations U exactly (in exact 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -100,21 +99,46 @@ class ExactPosteriorState(NamedTuple):
     sqrt_cov: jax.Array
 
 
+class LinearModelInitFn(Protocol):
+    """``init(key) -> state``: the prior N(mu_0, Sigma_0) (and, for Ensemble++, the factor A_0
+    with E[A_0 A_0^T] = Sigma_0, drawn from ``key``)."""
+
+    def __call__(self, key: jax.Array) -> Any: ...
+
+
+class LinearModelUpdateFn(Protocol):
+    """``update(state, key, x, y) -> state``: condition on one observation y = x^T theta +
+    N(0, sigma^2) of features x (d,) and target y () (``key`` draws Ensemble++'s
+    perturbation)."""
+
+    def __call__(self, state: Any, key: jax.Array, x: jax.Array, y: jax.Array) -> Any: ...
+
+
+class LinearModelUpdateBatchFn(Protocol):
+    """``update_batch(state, key, X, Y, mask=None) -> state``: condition on B observations
+    (X (B, d), Y (B,)); equals ``update`` applied in order with keys
+    ``jax.random.split(key, B)``; rows where the bool ``mask`` (B,) is False leave the state
+    unchanged (and still consume their key)."""
+
+    def __call__(self, state: Any, key: jax.Array, xs: jax.Array, ys: jax.Array,
+                 mask: jax.Array | None = None) -> Any: ...
+
+
+class LinearModelSampleFn(Protocol):
+    """``sample(state, key, shape=()) -> theta``: draws (*shape, d) of theta from the posterior
+    (exact) or from mu + A zeta (Ensemble++)."""
+
+    def __call__(self, state: Any, key: jax.Array, shape: Shape = ()) -> jax.Array: ...
+
+
 class LinearModel(NamedTuple):
-    """Pure functions of a linear-Gaussian model (optax style).
+    """Pure functions of a linear-Gaussian model (optax style; each field's Protocol gives its
+    signature)."""
 
-    init(key) -> state
-    update(state, key, x (d,), y ()) -> state
-    update_batch(state, key, X (B, d), Y (B,), mask (B,) bool | None) -> state
-        equals ``update`` applied in order with keys ``jax.random.split(key, B)``; masked-out
-        rows leave the state unchanged (and still consume their key).
-    sample(state, key, shape=()) -> theta (*shape, d)
-    """
-
-    init: Callable[[jax.Array], Any]
-    update: Callable[[Any, jax.Array, jax.Array, jax.Array], Any]
-    update_batch: Callable[..., Any]
-    sample: Callable[..., jax.Array]
+    init: LinearModelInitFn
+    update: LinearModelUpdateFn
+    update_batch: LinearModelUpdateBatchFn
+    sample: LinearModelSampleFn
 
 
 def _check_xy(dim: int, x, y, checked: bool) -> tuple[jax.Array, jax.Array]:

@@ -1,7 +1,8 @@
-"""The four interfaces users pass around (Agent, ReplayBuffer, bandit Learner, LLM Trainer) are
-NamedTuples whose function fields are typed by Protocols (optax's style), so an editor shows
-each call's parameters. These tests hold the Protocols to the real functions: a built object's
-every function field takes exactly the parameters, in order, that its Protocol names."""
+"""The interfaces users pass around (Agent, ReplayBuffer, bandit Learner, LLM Trainer,
+GameLearner, LinearModel, LanguageModel) are NamedTuples whose function fields are typed by
+Protocols (optax's style), so an editor shows each call's parameters. These tests hold the
+Protocols to the real functions: a built object's every function field takes exactly the
+parameters, in order, that its Protocol names."""
 
 from __future__ import annotations
 
@@ -18,7 +19,16 @@ from hyperx.bandits.baselines import epsilon_greedy, uniform_random
 from hyperx.bandits.glm import logistic_ts
 from hyperx.bandits.linear import ensemble_pp, exact_ts, linucb
 from hyperx.bandits.neural import neural_ensemble_pp
+from hyperx.games.learners import LEARNERS, GameLearner, PlayerSpec, make_learner
+from hyperx.linear import (
+    LinearModel,
+    ensemble_pp_posterior,
+    ensemble_pp_recompute,
+    exact_posterior,
+)
 from hyperx.llm import train as llm_train
+from hyperx.llm.model import LanguageModel, transformer_lm
+from hyperx.llm.moe import MoEConfig
 from hyperx.llm.tasks import Task
 from hyperx.replay import ReplayBuffer, make_replay_buffer
 from hyperx.replay_frames import make_frame_replay
@@ -83,6 +93,28 @@ def test_trainer_functions_take_what_their_protocols_name():
     trainer = llm_train.make_trainer(*llm_train.transformer_lms(module, "float32"), task,
                                      llm_train.RLConfig(prompts_per_step=2, group_size=2))
     assert check_fields(trainer, llm_train.Trainer) == 5
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_game_learner_functions_take_what_their_protocols_name(name):
+    spec = PlayerSpec(player=0, num_actions=(3, 2), horizon=10)
+    assert check_fields(make_learner(name, spec), GameLearner) == 3
+
+
+@pytest.mark.parametrize("make", [lambda: exact_posterior(3, noise_std=1.0),
+                                  lambda: ensemble_pp_posterior(3, 2, noise_std=1.0),
+                                  lambda: ensemble_pp_recompute(3, 2, noise_std=1.0)],
+                         ids=["exact", "ensemble_pp", "ensemble_pp_recompute"])
+def test_linear_model_functions_take_what_their_protocols_name(make):
+    assert check_fields(make(), LinearModel) == 4
+
+
+@pytest.mark.parametrize("moe", [None, MoEConfig(num_experts=2, top_k=1, expert_hidden=8)],
+                         ids=["dense", "moe"])
+def test_language_model_functions_take_what_their_protocols_name(moe):
+    module = llm_train.policy_module(Task("addition", 1), d_model=16, num_layers=1,
+                                     num_heads=2, moe=moe)
+    assert check_fields(transformer_lm(module), LanguageModel) == (3 if moe is None else 5)
 
 
 def test_a_protocol_that_names_other_parameters_is_caught():

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -77,12 +77,33 @@ class Feedback(NamedTuple):
     payoff_vector: Array   # (K_i,) u_i(., a_{-i}), noise-free (full-information feedback)
 
 
-class GameLearner(NamedTuple):
-    """A player as pure functions (see the module docstring)."""
+class GameLearnerInitFn(Protocol):
+    """``init(key, payoff_range) -> state``: the player's state before the first round, from its
+    known payoff range (2,) ``[min, max]`` (payoffs are rescaled to [0, 1] with it)."""
 
-    init: Callable[[Array, Array], State]
-    strategy: Callable[[State], Array]
-    update: Callable[[State, Array, Feedback], State]
+    def __call__(self, key: Array, payoff_range: Array) -> State: ...
+
+
+class GameLearnerStrategyFn(Protocol):
+    """``strategy(state) -> x``: the (K_i,) mixed strategy of this round (``x >= 0``,
+    ``sum x = 1``), from which the player's action is drawn."""
+
+    def __call__(self, state: State) -> Array: ...
+
+
+class GameLearnerUpdateFn(Protocol):
+    """``update(state, key, feedback) -> state``: learn from the round's :class:`Feedback`."""
+
+    def __call__(self, state: State, key: Array, feedback: Feedback) -> State: ...
+
+
+class GameLearner(NamedTuple):
+    """A player as pure functions (see the module docstring; each field's Protocol gives its
+    signature)."""
+
+    init: GameLearnerInitFn
+    strategy: GameLearnerStrategyFn
+    update: GameLearnerUpdateFn
 
 
 class WeightsState(NamedTuple):
@@ -157,7 +178,7 @@ def hedge(spec: PlayerSpec, *, learning_rate: float | None = None) -> GameLearne
     def update(state: WeightsState, key: Array, feedback: Feedback) -> WeightsState:
         return _hedge_step(state, feedback.payoff_vector, eta)
 
-    return GameLearner(init, lambda s: jnp.exp(s.log_weights), update)
+    return GameLearner(init, lambda state: jnp.exp(state.log_weights), update)
 
 
 def exp3p_rates(num_actions, horizon: int, delta: float):
@@ -206,7 +227,7 @@ def exp3p(spec: PlayerSpec, *, delta: float = 0.01) -> GameLearner:
         return exp3p_step(state, feedback.actions[spec.player],
                           _scaled(feedback.payoff, state.payoff_range), beta, gamma, eta, valid)
 
-    return GameLearner(init, lambda s: s.probs, update)
+    return GameLearner(init, lambda state: state.probs, update)
 
 
 def exp3_ix(spec: PlayerSpec, *, learning_rate: float | None = None,
@@ -272,7 +293,7 @@ def _ucb_mw(spec: PlayerSpec, features: Features, beta: Callable[[Any], Array], 
         ucb = mean + beta(model) * jnp.sqrt(jnp.maximum(var, 0.0))
         return UCBState(_hedge_step(state.weights, ucb, eta), model, state.features)
 
-    return GameLearner(init, lambda s: jnp.exp(s.weights.log_weights), update)
+    return GameLearner(init, lambda state: jnp.exp(state.weights.log_weights), update)
 
 
 def _features_and_rates(spec: PlayerSpec, kernel: RBF | None, features: Features | None,

@@ -16,8 +16,7 @@ transformers Flax model through :func:`hyperx.llm.hf.hf_lm`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
 import jax
@@ -109,8 +108,51 @@ def next_token_log_probs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 # A functional handle on any causal LM, and the KV-cache sampler that drives it.
 
 
+class LanguageModelLogitsFn(Protocol):
+    """``logits(params, tokens) -> logits``: teacher-forced float32 logits [B, T, V] of the
+    token ids [B, T]; position t scores token t + 1."""
+
+    def __call__(self, params: Any, tokens: jax.Array) -> jax.Array: ...
+
+
+class LanguageModelInitCacheFn(Protocol):
+    """``init_cache(batch, length) -> cache``: an empty KV cache (any pytree) for ``batch``
+    sequences of up to ``length`` tokens."""
+
+    def __call__(self, batch: int, length: int) -> Any: ...
+
+
+class LanguageModelDecodeFn(Protocol):
+    """``decode(params, tokens, cache, index) -> (logits, cache)``: the float32 logits
+    [B, S, V] of ``tokens`` [B, S] sitting at positions ``index .. index + S - 1``, attending
+    to the cache, and the cache with them added."""
+
+    def __call__(self, params: Any, tokens: jax.Array, cache: Any,
+                 index: jax.Array | int) -> tuple[jax.Array, Any]: ...
+
+
+class LanguageModelRoutedLogitsFn(Protocol):
+    """``routed_logits(params, tokens, routing=None) -> (logits, stats)``: :class:`LanguageModel`
+    ``logits`` of a mixture-of-experts model, sending each token to the experts ``routing``
+    gives (``{"block_i": experts [B, T, K]}``, replayed) or to its router's choice (None);
+    ``stats``: ``{"experts": {"block_i": [B, T, K]}, "router_probs": {"block_i": [B, T, E]}}``."""
+
+    def __call__(self, params: Any, tokens: jax.Array,
+                 routing: dict[str, jax.Array] | None = None) -> tuple[jax.Array, dict]: ...
+
+
+class LanguageModelRoutedDecodeFn(Protocol):
+    """``routed_decode(params, tokens, cache, index) -> (logits, cache, experts)``:
+    :class:`LanguageModel` ``decode`` of a mixture-of-experts model, with the experts
+    ``{"block_i": [B, S, K]}`` each new token was sent to."""
+
+    def __call__(self, params: Any, tokens: jax.Array, cache: Any,
+                 index: jax.Array | int) -> tuple[jax.Array, Any, dict]: ...
+
+
 class LanguageModel(NamedTuple):
-    """A causal LM as plain functions of ``(params, arrays)``, so any JAX model can plug in.
+    """A causal LM as plain functions of ``(params, arrays)``, so any JAX model can plug in
+    (each function field's Protocol gives its signature).
 
     * ``logits(params, tokens [B, T]) -> [B, T, V]`` float32, teacher-forced;
     * ``init_cache(batch, length) -> cache`` (any pytree);
@@ -127,13 +169,13 @@ class LanguageModel(NamedTuple):
     :func:`hyperx.llm.hf.hf_lm` wraps a transformers Flax causal LM.
     """
 
-    logits: Callable[[Any, jax.Array], jax.Array]
-    init_cache: Callable[[int, int], Any]
-    decode: Callable[[Any, jax.Array, Any, jax.Array], tuple[jax.Array, Any]]
+    logits: LanguageModelLogitsFn
+    init_cache: LanguageModelInitCacheFn
+    decode: LanguageModelDecodeFn
     vocab_size: int
     max_len: int
-    routed_logits: Callable[..., tuple[jax.Array, dict]] | None = None
-    routed_decode: Callable[..., tuple[jax.Array, Any, dict]] | None = None
+    routed_logits: LanguageModelRoutedLogitsFn | None = None
+    routed_decode: LanguageModelRoutedDecodeFn | None = None
 
 
 class Rollout(NamedTuple):
@@ -162,6 +204,9 @@ def transformer_lm(module) -> LanguageModel:
     """:class:`LanguageModel` of a :class:`hyperx.llm.transformer.Transformer` module (with
     ``routed_logits`` / ``routed_decode`` when it has MoE blocks)."""
 
+    def logits(params, tokens):
+        return module.apply(params, tokens)
+
     def decode(params, tokens, cache, index):
         return module.apply(params, tokens, cache, index, method="decode")
 
@@ -175,7 +220,7 @@ def transformer_lm(module) -> LanguageModel:
         return logits, cache, _routing_stats(state)["experts"]
 
     moe = getattr(module, "moe", None) is not None
-    return LanguageModel(logits=module.apply, init_cache=module.init_cache, decode=decode,
+    return LanguageModel(logits=logits, init_cache=module.init_cache, decode=decode,
                          vocab_size=module.vocab_size, max_len=module.max_len,
                          routed_logits=routed_logits if moe else None,
                          routed_decode=routed_decode if moe else None)

@@ -485,11 +485,11 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
     def scaled(lm: LanguageModel) -> LanguageModel:
         if tau == 1.0:
             return lm
-        def routed(p, x, r=None):
-            logits, stats = lm.routed_logits(p, x, r)
+        def routed(params, tokens, routing=None):
+            logits, stats = lm.routed_logits(params, tokens, routing)
             return logits / tau, stats
 
-        return lm._replace(logits=lambda p, x: lm.logits(p, x) / tau,
+        return lm._replace(logits=lambda params, tokens: lm.logits(params, tokens) / tau,
                            routed_logits=None if lm.routed_logits is None else routed)
 
     train_scaled = scaled(train_lm)

@@ -99,7 +99,7 @@ def outputs(folder: Path) -> dict[str, dict]:
 
 def run(name: str, folder: Path) -> dict[str, dict]:
     """Run command ``name`` into ``folder`` (a fresh process) and read its outputs."""
-    argv = [sys.executable, "-m", "hyperx.cli", *COMMANDS[name], "--out", str(folder)]
+    argv = [sys.executable, "-m", "hyperx", *COMMANDS[name], "--out", str(folder)]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}")

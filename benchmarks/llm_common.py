@@ -33,7 +33,7 @@ import jax
 import numpy as np
 from atari_parity import t_interval
 
-from hyperx.llm.cli import plot_curves, summarize
+from hyperx.commands.llm import plot_curves, summarize
 from hyperx.llm.tasks import Task
 from hyperx.llm.train import (
     RLConfig,

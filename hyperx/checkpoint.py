@@ -30,7 +30,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from hyperx._rundir import first_difference, sigint_held
+from hyperx._host import first_difference, sigint_held
 
 DIGESTS = "hyperx_files.json"
 """The record of a step's files (sizes and SHA-256), written into the step's folder."""

@@ -36,7 +36,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hyperx._rundir import device_line, sigint_held
+from hyperx._host import device_line, sigint_held
 from hyperx._validation import (
     check_int,
     check_memory,
@@ -101,8 +101,9 @@ def scan_program(step_fn: Callable[[Carry, Array], tuple[Carry, Any]], num_steps
     ``lax.cond(t < num_steps, ...)``), so one compiled chunk serves the whole run.
     """
     check_int("num_steps", num_steps)
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size)
     chunk = num_steps if chunk_size is None else min(chunk_size, num_steps)
-    check_positive("chunk_size", chunk)
     padded = math.ceil(num_steps / chunk) * chunk != num_steps
 
     def guarded_step(c: Carry, t: Array) -> tuple[Carry, Any]:
@@ -142,6 +143,8 @@ def run_scan(
     if isinstance(step_fn, ScanProgram):
         program = step_fn
         check_int("num_steps", num_steps)
+        if chunk_size is not None:
+            check_int("chunk_size", chunk_size)
         asked = num_steps if chunk_size is None else min(chunk_size, num_steps)
         if (num_steps, asked) != (program.num_steps, program.chunk):
             raise ValueError(f"step_fn: a ScanProgram of {plural(program.num_steps, 'step')} in "
@@ -173,12 +176,15 @@ def run_scan(
 class Chunk(NamedTuple):
     """What ``on_chunk`` receives after every chunk: the run's position ``done`` out of
     ``total`` (env steps per seed, RL steps, parts: the trainer's unit), the carry after the
-    chunk, and the trainer's metrics for the chunk (each trainer documents its keys)."""
+    chunk, the trainer's metrics for the chunk (each trainer documents its keys), and the
+    position ``start`` this call of :func:`run_chunks` started from (a resumed run's
+    checkpoint: a log written past it by the interrupted run is behind its newest rows)."""
 
     done: int
     total: int
     carry: Any
     metrics: Mapping[str, Any]
+    start: int = 0
 
 
 class ChunkedRun(NamedTuple):
@@ -211,9 +217,12 @@ def run_chunks(
 ) -> ChunkedRun:
     """Advance ``carry`` chunk by chunk until ``position(carry) >= total``.
 
+    Each chunk must move the position forward: an ``advance`` after which ``position`` is not
+    an integer above the one before raises ``ValueError`` (a run that would never end).
+
     After each ``carry, metrics = advance(carry)``, with Ctrl-C held until both are done,
-    ``on_chunk(Chunk(done, total, carry, metrics))`` runs and then ``save(done, carry)`` (so
-    what a hook wrote is never behind the newest checkpoint). A Ctrl-C raises
+    ``on_chunk(Chunk(done, total, carry, metrics, start))`` runs and then ``save(done, carry)``
+    (so what a hook wrote is never behind the newest checkpoint). A Ctrl-C raises
     :class:`TrainingInterrupted` with the newest saved position (``saved_step`` before the
     first save: the checkpoint a resumed run started from). ``cleanup`` callables run on
     every exit, in order, each even when an earlier one raises (the first such error is raised
@@ -236,7 +245,7 @@ def run_chunks(
     check_int("total", total, low=0)
     if max_chunks is not None:
         check_int("max_chunks", max_chunks, low=0)
-    start = done = position(carry)
+    start = done = _position(position, carry)
     chunks = 0
     bar = None
     try:
@@ -246,11 +255,16 @@ def run_chunks(
                                  "the first chunk (the progress bar starts after it)\n")
             while done < total and (max_chunks is None or chunks < max_chunks):
                 carry, metrics = advance(carry)
-                done = position(carry)
+                before, done = done, _position(position, carry)
+                if done <= before:
+                    raise ValueError(f"advance: a chunk must move the run forward, but "
+                                     f"position stayed at {before} (total {total})"
+                                     if done == before else f"advance: position went back "
+                                     f"from {before} to {done}")
                 chunks += 1
                 with sigint_held():
                     if on_chunk is not None:
-                        on_chunk(Chunk(done, total, carry, metrics))
+                        on_chunk(Chunk(done, total, carry, metrics, start))
                     if save is not None:
                         save(done, carry)
                         saved_step = done
@@ -263,6 +277,14 @@ def run_chunks(
         raise
     _close_all([*cleanup, *([] if bar is None else [bar.close])])
     return ChunkedRun(carry, chunks, start)
+
+
+def _position(position: Callable[[Carry], int], carry: Carry) -> int:
+    """``position(carry)`` as an int; ``ValueError`` naming ``position`` otherwise."""
+    value = position(carry)
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ValueError(f"position: expected an integer position of the carry, got {value!r}")
+    return int(value)
 
 
 def update_bar(bar: Any, label: str, total: int, done: int, *, unit: str = "step",

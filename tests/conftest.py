@@ -38,9 +38,9 @@ class TerminalRun(NamedTuple):
 
 def hyperx_command() -> list[str]:
     """The ``hyperx`` console script installed beside this interpreter, as a user runs it
-    (``python -m hyperx.cli`` where the script is not installed)."""
+    (``python -m hyperx`` where the script is not installed)."""
     script = Path(sys.executable).with_name("hyperx")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "hyperx.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "hyperx"]
 
 
 def run_in_terminal(args: Sequence[str], *, cwd: Path, timeout: float = 600,

@@ -1,6 +1,6 @@
 """Every bad input users have met gets a clear one-line error naming what is wrong.
 
-One table of (input, expected message): command lines run through ``hyperx.cli.main`` (exit
+One table of (input, expected message): command lines run through ``hyperx.commands.main`` (exit
 status 2 and exactly one line ``hyperx: error: ...`` on stderr) and Python calls (a
 ``ValueError`` / ``TypeError`` whose message is one line). Sizes that cannot fit are refused
 from an estimate, before anything is allocated, so these cases take milliseconds.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from hyperx.agents import get_config, make_agent
-from hyperx.cli import build_parser, main
+from hyperx.commands import build_parser, main
 from hyperx.envs.atari import make_atari
 from hyperx.llm.tasks import Task
 from hyperx.llm.train import RLConfig, make_policy
@@ -99,8 +99,8 @@ def places(tmp_path):
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "notes.txt").write_text("x")
     runs = {}
-    from hyperx._rundir import write_manifest
-    from hyperx.cli import DEEPSEA_SETTINGS
+    from hyperx.commands._rundir import write_manifest
+    from hyperx.commands.deepsea import SETTINGS as DEEPSEA_SETTINGS
 
     for name, extra in (("run", ["--checkpoint"]), ("run_nockpt", [])):
         args = build_parser().parse_args([*TINY_DEEPSEA, "--out", "x", *extra])
@@ -491,15 +491,13 @@ def test_agent_and_atari_sizes_are_integers():
 @pytest.mark.parametrize("manifest", ["[]", '{"command": "bandit"}',
                                       '{"command": "bandit", "settings": null}', "{not json"])
 def test_a_damaged_run_json_is_a_one_line_error(tmp_path, capsys, manifest):
-    from hyperx.bandits import sweep
-
     out = tmp_path / "run"
     out.mkdir()
     (out / "run.json").write_text(manifest)
     for extra in (["--resume"], []):
         with pytest.raises(SystemExit) as err:
-            sweep.main(["--dim", "2", "--arms", "2", "--steps", "5", "--seeds", "1",
-                        "--agents", "linucb", "--quiet", "--out", str(out), *extra])
+            main(["bandit", "--dim", "2", "--arms", "2", "--steps", "5", "--seeds", "1",
+                  "--agents", "linucb", "--quiet", "--out", str(out), *extra])
         lines = capsys.readouterr().err.strip().splitlines()
         assert err.value.code == 2 and len(lines) == 1 and "--" in lines[0], lines
         assert "missing" not in lines[0], lines  # run.json is there (damaged or incomplete)
@@ -550,8 +548,22 @@ ATARI = ["atari", "--game", "Pong", "--agent", "dqn", "--steps", "64", "--quiet"
 
 
 def test_atari_resume_without_checkpoint_is_refused(tmp_path, capsys):
+    """The one lifecycle's rule, as for every command: --resume with no run in --out names
+    the missing run.json; into an unfinished run made without --checkpoint, the option."""
+    from hyperx.commands._rundir import write_manifest
+
+    out = tmp_path / "run"
     with pytest.raises(SystemExit) as err:
-        main([*ATARI, "--out", str(tmp_path / "run"), "--resume"])
+        main([*ATARI, "--out", str(out), "--resume"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert err.value.code == 2 and len(lines) == 1 and "run.json missing" in lines[0]
+    args = build_parser().parse_args([*ATARI, "--out", str(out)])
+    from hyperx.commands.atari import NOT_SETTINGS
+
+    out.mkdir()
+    write_manifest(out, "atari", {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS})
+    with pytest.raises(SystemExit) as err:
+        main([*ATARI, "--out", str(out), "--resume"])
     lines = capsys.readouterr().err.strip().splitlines()
     assert err.value.code == 2 and len(lines) == 1 and "without --checkpoint" in lines[0]
 
@@ -574,9 +586,9 @@ def test_summaries_never_hold_infinity(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from hyperx._rundir import json_safe
-    from hyperx.agents.atari_cli import write_summary
     from hyperx.agents.config import get_config
+    from hyperx.commands._rundir import json_safe
+    from hyperx.commands.atari import write_summary
 
     assert json_safe({"a": [1.0, float("-inf")], "b": float("nan"), "c": 2}) == {
         "a": [1.0, None], "b": None, "c": 2}

@@ -132,7 +132,7 @@ def test_deepsea_resume_past_damaged_checkpoints_ends_with_its_message_only(tmp_
     import json
 
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "hyperx.cli", "deepsea", "--size", "4", "--episodes", "6",
+    argv = [sys.executable, "-m", "hyperx", "deepsea", "--size", "4", "--episodes", "6",
             "--seeds", "1", "--chunk-steps", "8", "--agent", "dqn", "--checkpoint", "--quiet",
             "--out", str(out)]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}

@@ -20,7 +20,7 @@ import shlex
 
 import pytest
 
-from hyperx.cli import build_parser
+from hyperx.commands import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md")

@@ -162,6 +162,33 @@ def test_run_chunks_refuses_bad_arguments():
         run_chunks(lambda c: (c, {}), 0, position=int, total=1, max_chunks=-2)
 
 
+def test_run_chunks_refuses_an_advance_that_makes_no_progress():
+    """An advance that leaves the position where it was would loop for ever: the first such
+    chunk raises, naming advance; so does a position that goes back or is not an integer."""
+    with pytest.raises(ValueError, match="advance: a chunk must move the run forward, but "
+                                         "position stayed at 0"):
+        run_chunks(lambda c: (c, {}), 0, position=lambda c: c, total=5)
+    with pytest.raises(ValueError, match="advance: position went back from 3 to 1"):
+        run_chunks(lambda c: (c - 2 if c == 3 else c + 3, {}), 0, position=lambda c: c,
+                   total=9)
+    with pytest.raises(ValueError, match="position: expected an integer"):
+        run_chunks(lambda c: (c + 1, {}), 0, position=lambda c: c / 2, total=5)
+    assert run_chunks(lambda c: (c + 2, {}), np.int64(0), position=lambda c: c,
+                      total=5).chunks == 3
+
+
+@pytest.mark.parametrize("chunk_size", [2.5, 0, -1, True])
+def test_run_scan_refuses_a_chunk_size_that_is_not_a_positive_integer(chunk_size):
+    """chunk_size=2.5 once ran steps 2 and 7 twice (the chunk starts at i * 2.5, cast)."""
+    def step(c, t):
+        return c + 1, t
+
+    with pytest.raises(ValueError, match="chunk_size"):
+        run_scan(step, jnp.int32(0), 10, chunk_size=chunk_size)
+    with pytest.raises(ValueError, match="chunk_size"):
+        run_scan(scan_program(step, 10, 2), jnp.int32(0), 10, chunk_size=chunk_size)
+
+
 def test_chunk_is_what_every_trainer_hands_its_hook():
     chunk = Chunk(3, 10, "carry", {"loss": 1.0})
     assert (chunk.done, chunk.total, chunk.carry, chunk.metrics["loss"]) == (3, 10, "carry", 1.0)

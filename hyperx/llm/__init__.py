@@ -11,7 +11,7 @@ causal-LM interface every model plugs into, the KV-cache sampler that records ``
 teacher-forced log-probs, and a GPT-2-style model), :mod:`hyperx.llm.transformer` (a RoPE /
 RMSNorm model), :mod:`hyperx.llm.moe` (Top-K mixture-of-experts layers and routing replay),
 :mod:`hyperx.llm.hf` (transformers Flax models), :mod:`hyperx.llm.tasks` (verifiable tasks),
-:mod:`hyperx.llm.train` (the RL trainer) and :mod:`hyperx.llm.cli` (``hyperx llm``).
+:mod:`hyperx.llm.train` (the RL trainer) and :mod:`hyperx.commands.llm` (``hyperx llm``).
 """
 
 from hyperx.llm.baselines import (

@@ -15,9 +15,9 @@ import pytest
 
 from hyperx.agents import get_config
 from hyperx.agents.atari import GAMES_FILE, saved_games, train_atari
-from hyperx.agents.atari_cli import RunLog, write_games
 from hyperx.agents.config import AGENT_NAMES
-from hyperx.cli import main
+from hyperx.commands import main
+from hyperx.commands.atari import RunLog, write_games
 from hyperx.loop import Chunk
 
 SMALL = dict(buffer_size=400, learning_starts=64)
@@ -85,21 +85,35 @@ def test_saved_games_are_those_up_to_the_restored_step(tmp_path):
 
 
 def test_resumed_cli_log_appends_and_the_end_rewrites_the_games(tmp_path):
-    def chunk(step):
-        return Chunk(step, 20, None, dict(
+    def chunk(step, start):
+        return Chunk(step, 30, None, dict(
             episodes=[dict(seed=0, env=0, env_step=step, score=1.0, length=5)],
-            scores=np.ones((1, 1)), loss=np.zeros(1), steps_per_s=10.0))
+            scores=np.ones((1, 1)), loss=np.zeros(1), steps_per_s=10.0), start)
 
-    log = RunLog(tmp_path, 1, progress=False, total=20)
-    log(chunk(10))
+    def rows(name):
+        return (tmp_path / f"{name}.csv").read_text().splitlines()
+
+    log = RunLog(tmp_path, 1, progress=False, total=30)
+    log(chunk(10, 0))
     log.close()
-    log = RunLog(tmp_path, 1, progress=False, total=20, resume=True)
-    log(chunk(20))
+    log = RunLog(tmp_path, 1, progress=False, total=30, resume=True)
+    log(chunk(20, 10))
     log.close()
     for name in ("episodes", "evaluations", "metrics"):
-        rows = (tmp_path / f"{name}.csv").read_text().splitlines()
-        assert len(rows) == 3 and rows[0].startswith(("seed", "env_step")), name
-        assert rows[1].split(",")[:3] != rows[2].split(",")[:3], name
+        assert len(rows(name)) == 3 and rows(name)[0].startswith(("seed", "env_step")), name
+        assert rows(name)[1].split(",")[:3] != rows(name)[2].split(",")[:3], name
+    # The newest checkpoint (step 20) was damaged: the run resumes from step 10 again, and the
+    # rows the interrupted run wrote past it are dropped before the chunk's are appended.
+    before = {name: rows(name) for name in ("episodes", "evaluations", "metrics")}
+    log = RunLog(tmp_path, 1, progress=False, total=30, resume=True)
+    log(chunk(20, 10))
+    log(chunk(30, 10))
+    log.close()
+    for name, old in before.items():
+        assert rows(name)[:3] == old and len(rows(name)) == 4, name
+        steps = [row.split(",")[2 if name == "episodes" else 0 if name == "metrics" else 1]
+                 for row in rows(name)[1:]]
+        assert steps == ["10", "20", "30"], (name, steps)
     # A chunk that finished after its checkpoint but before its log line: the result holds it.
     games = [dict(seed=0, env=0, env_step=s, score=1.0, length=5) for s in (10, 15, 20)]
     result = SimpleNamespace(episodes=games, evaluations=[dict(seed=0, env_step=20, score=2.0)])
@@ -146,7 +160,7 @@ def test_cli_ctrl_c_leaves_a_resumable_run_and_no_temporary_files(tmp_path):
     """SIGINT once the first chunk is logged: exit 130 with one line naming the checkpoint and
     --resume, no orbax temporaries; --resume then finishes the run from that checkpoint."""
     out = tmp_path / "run"
-    argv = [sys.executable, "-m", "hyperx.cli", "atari", "--game", "Pong", "--agent", "dqn",
+    argv = [sys.executable, "-m", "hyperx", "atari", "--game", "Pong", "--agent", "dqn",
             "--steps", "512", "--envs-per-seed", "4", "--eval-every", "64",
             "--eval-episodes", "0", "--learning-starts", "64", "--buffer-size", "512",
             "--checkpoint", "--quiet", "--out", str(out)]
@@ -183,7 +197,7 @@ def test_atari_page_code_runs(tmp_path, monkeypatch):
     import re
     import shlex
 
-    from hyperx.cli import build_parser
+    from hyperx.commands import build_parser
 
     page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "atari.md"
     monkeypatch.chdir(tmp_path)
@@ -213,7 +227,7 @@ import jax
 import numpy as np
 from hyperx.agents import get_config
 from hyperx.agents.atari import GAMES_FILE, saved_games, train_atari
-from hyperx.agents.atari_cli import RunLog, write_games
+from hyperx.commands.atari import RunLog, write_games
 config = get_config("dqn", env="atari", buffer_size=400, learning_starts=64, update_every=2)
 kw = dict(steps=192, seeds=2, envs_per_seed=2, eval_every=96, eval_episodes=1,
           eval_max_steps=40)

@@ -196,16 +196,16 @@ def test_cache_dir_none_runs_the_model_every_time(gpt2, default_cache, monkeypat
 
 
 def test_bandit_command_runs_the_text_game(gpt2, data_csv, tmp_path, capsys):
-    from hyperx.bandits import sweep
+    from hyperx.commands import main
 
     out = tmp_path / "run"
     argv = ["--env", "text", "--data", data_csv, "--model", gpt2, "--agents", "exact_ts",
             "--steps", "20", "--seeds", "2", "--quiet", "--out", str(out)]
-    assert sweep.main(argv) == 0
+    assert main(["bandit", *argv]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["env_name"], summary["arms"], summary["dim"]) == ("text", 2, 32)
     for bad, needle in ((["--env", "text", "--model", gpt2], "--data"),
                         (["--env", "linear", "--data", data_csv], "--data")):
         with pytest.raises(SystemExit) as exc:
-            sweep.main([*bad, "--out", str(tmp_path / "x")])
+            main(["bandit", *bad, "--out", str(tmp_path / "x")])
         assert exc.value.code == 2 and needle in capsys.readouterr().err

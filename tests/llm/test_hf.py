@@ -110,7 +110,7 @@ def test_bad_inputs(tmp_path):
 
 
 def test_cli_trains_a_saved_transformers_model(saved_gpt2, tmp_path):
-    from hyperx.cli import main
+    from hyperx.commands import main
 
     out = tmp_path / "run"
     assert main(["llm", "--hf-path", saved_gpt2, "--difficulty", "1", "--steps", "1",

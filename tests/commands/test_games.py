@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from hyperx.cli import main
-from hyperx.games import cli
+from hyperx.commands import games as cli
+from hyperx.commands import main
 
 TINY = ["games", "--actions", "5", "--steps", "30", "--seeds", "4", "--points", "5",
         "--matchups", "gp_mw:random,exp3:hedge", "--quiet"]
@@ -120,6 +120,8 @@ def test_interrupted_run_keeps_finished_parts_and_resume_completes_it(tmp_path, 
     (["--controlled", "5"], "--controlled: only for --game sioux_falls"),
     (["--game", "sioux_falls", "--controlled", "600"], "--controlled"),
     (["--game", "sioux_falls", "--matchups", "hedge:exp3"], "one learner name"),
+    (["--matchups", "hedge:random,hedge:random"], "hedge:random is given twice"),
+    (["--game", "sioux_falls", "--matchups", "hedge,exp3,hedge"], "hedge is given twice"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, needle):
     with pytest.raises(SystemExit) as exc:

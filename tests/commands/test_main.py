@@ -4,7 +4,8 @@ import csv
 
 import pytest
 
-from hyperx.cli import build_parser, demo_commands, main
+from hyperx.commands import build_parser, main
+from hyperx.commands.demo import demo_commands
 
 
 def _subcommands():

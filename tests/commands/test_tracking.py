@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from tensorboardX.proto import event_pb2
 
-from hyperx._tracking import Tracker, log_curves
-from hyperx.cli import main
+from hyperx.commands import main
+from hyperx.commands._tracking import Tracker, log_curves
 
 
 def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:

@@ -123,18 +123,10 @@ def check_out_usable(out: str) -> None:
 
 def check_out_path(out: str) -> None:
     """Exit with a one-line error unless ``out`` is a writable directory, creating it if needed
-    (:func:`check_out_usable`; the run rules are :func:`hyperx._rundir.prepare_out`'s)."""
+    (:func:`check_out_usable`; the run rules are :class:`hyperx.commands._rundir.RunDirectory`'s).
+    """
     check_out_usable(out)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as err:
         fail(f"--out: cannot create directory {out!r}: {err.strerror or err}")
-
-
-def add_run_dir_options(parser: argparse.ArgumentParser) -> None:
-    """``--resume`` and ``--overwrite`` (mutually exclusive) for a command writing ``--out``."""
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--resume", action="store_true",
-                       help="continue the run in --out (same options), skipping finished work")
-    group.add_argument("--overwrite", action="store_true",
-                       help="replace what another run wrote to --out (other files are kept)")

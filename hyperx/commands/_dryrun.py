@@ -1,7 +1,7 @@
 """``--dry-run``: what a command would do, without doing it.
 
 A command given ``--dry-run`` validates every option exactly as a real run does (the same
-one-line errors, the run-directory rules of :func:`hyperx._rundir.check_out_rules`, every
+one-line errors, the run-directory rules of :func:`hyperx.commands._rundir.check_out_rules`, every
 memory check, recorded by :func:`hyperx._validation.memory_estimates`), then prints a plan and
 exits with status 0: the device it would run on, the memory estimates against what is
 available, a rough time, and the files it would write. Nothing is compiled, no folder is
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from hyperx._rundir import device_line, environment
+from hyperx._host import device_line, environment
 from hyperx._validation import MemoryEstimate, format_bytes, plural
 
 SHOWN = 3

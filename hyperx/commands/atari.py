@@ -19,27 +19,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hyperx._argparse import (
-    add_run_dir_options,
+from hyperx._host import device_line, write_atomic
+from hyperx._validation import plural
+from hyperx.commands._args import (
     closest,
     fail,
-    interrupted,
     non_negative_int,
     positive_int,
     unknown_choice,
 )
-from hyperx._dryrun import add_dry_run_option
-from hyperx._rundir import (
-    device_line,
+from hyperx.commands._dryrun import WorkEstimate, report
+from hyperx.commands._rundir import (
+    RunDirectory,
+    add_run_options,
     json_safe,
-    prepare_out,
-    remove_outputs,
-    write_atomic,
-    write_manifest,
+    saved_run,
     write_summary_json,
 )
-from hyperx._tracking import Tracker, add_tracking_option, check_tracking
-from hyperx._validation import plural
+from hyperx.commands._tracking import Tracker, check_tracking
 
 if TYPE_CHECKING:
     from hyperx.loop import Chunk
@@ -103,7 +100,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="drive the gymnasium API from Python instead of the XLA step")
     p.add_argument("--checkpoint", action="store_true",
                    help="checkpoint to OUT/checkpoints after each chunk")
-    p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--eval-only", action="store_true",
                    help="instead of training, evaluate the newest intact checkpoint of the run "
                         "in --out under its own protocol (the settings in its run.json); "
@@ -111,10 +107,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--record-video", type=non_negative_int, default=0, metavar="N",
                    help="with --eval-only: write seed 0's first N evaluation games as MP4 to "
                         "OUT/videos (needs the video extra: pip install 'hyperx-rl[video]')")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_run_dir_options(p)
-    add_tracking_option(p)
-    add_dry_run_option(p)
+    add_run_options(p)
     p.set_defaults(func=run_from_args)
     return p
 
@@ -164,54 +157,40 @@ def run_from_args(args: argparse.Namespace) -> int:
     except ValueError as err:
         fail(str(err).replace("num_envs:", "--envs-per-seed:"))
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
-    if args.resume and not args.checkpoint:
-        fail(f"--resume: {args.out!r} was run without --checkpoint, so there is no state to "
-             "resume from; rerun without --resume")
     check_tracking(args.track)
+    run = RunDirectory(args, "atari", settings, OUTPUTS,
+                       extent=f"all {args.steps} env steps per seed",
+                       checkpointed=args.checkpoint)
     if args.dry_run:
-        return _dry_run(args, config, settings)
-    out, manifest = prepare_out(args.out, "atari", settings, resume=args.resume,
-                                overwrite=args.overwrite, outputs=OUTPUTS)
-    if manifest is not None and manifest.get("complete"):
-        print(f"run is complete: {out} holds all {args.steps} env steps per seed of this run; "
-              "nothing to do (--overwrite runs it again)")
+        return _dry_run(args, config, run)
+    if not run.open():
         return 0
-    write_manifest(out, "atari", settings)
     from hyperx.agents.atari import train_atari
-    from hyperx.loop import TrainingInterrupted
 
-    log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps, resume=args.resume,
-                 tracker=Tracker(out, "atari", settings, track=args.track))
-    try:
-        result = train_atari(
-            config, args.game, steps=args.steps, seeds=args.seeds,
-            envs_per_seed=args.envs_per_seed, backend=args.backend, seed=args.seed,
-            eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-            best_eval_episodes=args.best_eval_episodes, eval_max_steps=args.eval_max_steps,
-            eval_at_start=args.eval_at_start, chunk_steps=args.chunk_steps,
-            host_loop=args.host_loop, sticky_actions=args.sticky_actions,
-            checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
-            on_chunk=log)
-    except TrainingInterrupted as stop:
-        where = (f"the checkpoint of env step {stop.checkpoint_step} is in "
-                 f"{out / 'checkpoints'}; rerun the same command with --resume to continue"
-                 if stop.checkpoint_step is not None
-                 else "no checkpoint (run with --checkpoint to make a run resumable)")
-        interrupted(f"after env step {stop.done} of {stop.total} per seed; the chunks so far "
-                    f"are in {out}; {where}")
-    except ValueError as err:
-        refused = err
-    else:
-        refused = None
-    finally:
-        log.close()
-    if refused is not None:
-        if not args.resume:  # a refused fresh run leaves no empty CSVs or run.json behind
-            remove_outputs(out, OUTPUTS)
-        fail(str(refused))
+    out = run.out
+    log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps,
+                 resume=run.resumed, tracker=Tracker(out, "atari", settings, track=args.track))
+
+    def stopped(stop: KeyboardInterrupt) -> str:
+        return run.stopped(stop, unit="env step", per=" per seed",
+                           kept=f"the chunks so far are in {out}")
+
+    with run.guard(stopped=stopped):
+        try:
+            result = train_atari(
+                config, args.game, steps=args.steps, seeds=args.seeds,
+                envs_per_seed=args.envs_per_seed, backend=args.backend, seed=args.seed,
+                eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                best_eval_episodes=args.best_eval_episodes, eval_max_steps=args.eval_max_steps,
+                eval_at_start=args.eval_at_start, chunk_steps=args.chunk_steps,
+                host_loop=args.host_loop, sticky_actions=args.sticky_actions,
+                checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
+                on_chunk=log)
+        finally:
+            log.close()
     write_games(out, result)
     summary = write_summary(out, result, args, config)
-    write_manifest(out, "atari", settings, complete=True)
+    run.finish()
     final = summary["final_score_mean"]
     print(f"{args.agent} on {args.game}, {plural(args.seeds, 'seed')} x "
           f"{plural(args.envs_per_seed, 'env')}, "
@@ -225,7 +204,7 @@ def _eval_only(args: argparse.Namespace) -> int:
     """``--eval-only``: evaluate the saved agent of the run in ``--out`` under that run's
     settings and protocol (:func:`hyperx.agents.atari_eval.evaluate_saved`), with the run's
     games per evaluation (10 when the run evaluated none); writes ``eval_only.json``."""
-    from hyperx._rundir import environment, saved_run
+    from hyperx._host import environment
 
     out, run = Path(args.out), saved_run(args, "atari")
     episodes = run.eval_episodes or 10
@@ -234,8 +213,6 @@ def _eval_only(args: argparse.Namespace) -> int:
              f"got {args.record_video}")
     config = _config(run)
     if args.dry_run:
-        from hyperx._dryrun import WorkEstimate, report
-
         return report("atari", out=args.out, outputs=["eval_only.json"]
                       + (["videos"] if args.record_video else []), memory=[], resume=True,
                       work=[WorkEstimate(run.seeds * episodes, "evaluation game", None,
@@ -279,11 +256,9 @@ config is ``1 / (1 / no_learning + update / update_every)``, from ``hyperagent``
 the index-sampled agents and ``dqn``'s for the rest."""
 
 
-def _dry_run(args: argparse.Namespace, config: Any, settings: dict[str, Any]) -> int:
+def _dry_run(args: argparse.Namespace, config: Any, run: RunDirectory) -> int:
     """``--dry-run``: the checks a real run makes before it touches ``--out``, then the plan
-    (:mod:`hyperx._dryrun`)."""
-    from hyperx._dryrun import WorkEstimate, report
-    from hyperx._rundir import check_out_rules
+    (:mod:`hyperx.commands._dryrun`)."""
     from hyperx._validation import memory_estimates
     from hyperx.agents.atari import check_replay_memory
 
@@ -292,22 +267,17 @@ def _dry_run(args: argparse.Namespace, config: Any, settings: dict[str, Any]) ->
             check_replay_memory(config, args.seeds, args.steps)
         except ValueError as err:
             fail(str(err))
-    check_out_rules(args.out, "atari", settings, resume=args.resume, overwrite=args.overwrite)
     measured = "dqn" if config.head != "hypermodel" or config.index_dim == 1 else "hyperagent"
     no_learning, update = THROUGHPUT[measured]
     rate = 1 / (1 / no_learning + update / config.update_every)
     evaluations = (args.steps // (args.eval_every or max(args.steps // 10, 1))
                    + int(args.eval_at_start))
-    outputs = [o for o in OUTPUTS
-               if (o != "checkpoints" or args.checkpoint) and (o != "wandb" or args.track)]
-    return report("atari", out=args.out, outputs=outputs, memory=memory, resume=args.resume,
-                  work=[WorkEstimate(args.steps * args.seeds, "env step", rate,
-                                     f"{measured}'s measured update and acting cost at "
-                                     f"update_every = {config.update_every}, "
-                                     "benchmarks/results/atari_throughput.json", 60.0),
-                        WorkEstimate(evaluations * args.eval_episodes * args.seeds,
-                                     "evaluation game", None,
-                                     f"up to {args.eval_max_steps:,} agent steps each")])
+    return run.dry_run(memory=memory, work=[
+        WorkEstimate(args.steps * args.seeds, "env step", rate,
+                     f"{measured}'s measured update and acting cost at update_every = "
+                     f"{config.update_every}, benchmarks/results/atari_throughput.json", 60.0),
+        WorkEstimate(evaluations * args.eval_episodes * args.seeds, "evaluation game", None,
+                     f"up to {args.eval_max_steps:,} agent steps each")])
 
 
 CSV_FIELDS = {"episodes": ("seed", "env", "env_step", "score", "length"),
@@ -334,19 +304,13 @@ class RunLog:
 
     def __init__(self, out: Path, seeds: int, *, progress: bool, total: int,
                  resume: bool = False, tracker: Tracker | None = None):
-        """A resumed run (``resume``) appends to the CSVs already in ``out``; ``tracker``
-        (:class:`hyperx._tracking.Tracker`) receives each chunk's scalars."""
-        self.out, self.seeds = out, seeds
-        self._files = {}
-        self._writers = {}
-        for name, fields in CSV_FIELDS.items():
-            path = out / f"{name}.csv"
-            append = resume and path.exists()
-            f = open(path, "a" if append else "w", newline="")  # noqa: SIM115
-            self._files[name] = f
-            self._writers[name] = csv.DictWriter(f, fieldnames=fields)
-            if not append:
-                self._writers[name].writeheader()
+        """A resumed run (``resume``) keeps the rows already in ``out`` up to the env step it
+        resumed from (the first chunk's ``start``: rows the interrupted run wrote past an
+        older checkpoint it fell back to are dropped), then appends; ``tracker``
+        (:class:`hyperx.commands._tracking.Tracker`) receives each chunk's scalars."""
+        self.out, self.seeds, self._resume = out, seeds, resume
+        self._files: dict[str, Any] = {}
+        self._writers: dict[str, csv.DictWriter] = {}
         self._tracker = tracker
         self._bar = None
         self._progress, self._total = progress, total
@@ -354,9 +318,28 @@ class RunLog:
             sys.stderr.write(f"{device_line('atari')}\natari: compiling the training loop and "
                              "running the first chunk (the progress bar starts after it)\n")
 
+    def _open(self, start: int) -> None:
+        """Open the CSVs: each holds its header and, for a resumed run, its rows up to env
+        step ``start``, written back atomically before anything is appended."""
+        for name, fields in CSV_FIELDS.items():
+            path = self.out / f"{name}.csv"
+            text = io.StringIO()
+            writer = csv.DictWriter(text, fieldnames=fields)
+            writer.writeheader()
+            if self._resume and path.exists():
+                with open(path, newline="") as f:
+                    writer.writerows(row for row in csv.DictReader(f)
+                                     if row.get("env_step", "").isdigit()
+                                     and int(row["env_step"]) <= start)
+            write_atomic(path, text.getvalue())
+            self._files[name] = open(path, "a", newline="")  # noqa: SIM115
+            self._writers[name] = csv.DictWriter(self._files[name], fieldnames=fields)
+
     def __call__(self, chunk: Chunk) -> None:
         from hyperx.loop import update_bar
 
+        if not self._files:
+            self._open(chunk.start)
         step, metrics = chunk.done, chunk.metrics
         for row in metrics["episodes"]:
             self._writers["episodes"].writerow(row)
@@ -419,7 +402,7 @@ def write_summary(out: Path, result: Any, args: argparse.Namespace, config: Any)
         "replay_bytes_per_seed": result.replay_bytes,
     }
     summary = json_safe(summary)
-    write_summary_json(out, summary, allow_nan=False)
+    write_summary_json(out, summary)
     _plot(out / "returns.png", result, f"{args.agent} on {args.game}")
     return summary
 
@@ -429,7 +412,7 @@ def plot_atari_csv(directory: str | Path) -> Path:
     ``evaluations.csv``; returns the path. ``ValueError`` names a damaged file."""
     from types import SimpleNamespace
 
-    from hyperx._rundir import read_manifest
+    from hyperx.commands._rundir import read_manifest
 
     directory = Path(directory)
     rows = {}

@@ -12,8 +12,9 @@ import numpy as np
 
 from hyperx.agents import get_config
 from hyperx.agents.deepsea import train_deepsea
-from hyperx.agents.deepsea_report import ReturnsWriter, summarise, uniform_chance
-from hyperx.cli import main
+from hyperx.agents.deepsea_summary import summarise, uniform_chance
+from hyperx.commands import main
+from hyperx.commands.deepsea import ReturnsWriter
 
 CONFIG = get_config("dqn", learning_starts=8, batch_size=8)
 
@@ -47,7 +48,7 @@ def test_summary_flags_chance_level_sizes():
 
 
 def _command(out, *extra):
-    return [sys.executable, "-m", "hyperx.cli", "deepsea", "--size", "3", "--agent", "dqn",
+    return [sys.executable, "-m", "hyperx", "deepsea", "--size", "3", "--agent", "dqn",
             "--seeds", "2", "--episodes", "1200", "--chunk-steps", "150", "--checkpoint",
             "--quiet", "--out", str(out), *extra]
 

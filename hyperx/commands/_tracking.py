@@ -3,7 +3,7 @@
 Every training command logs its scalars through one :class:`Tracker`: TensorBoard event files
 in ``OUT/tb`` (``tensorboard --logdir OUT/tb``), always, and with ``--track`` the same scalars
 to a Weights & Biases run (CleanRL's ``--track``), whose config holds the command's settings and
-the :func:`hyperx._rundir.environment`. W&B is the optional ``track`` extra
+the :func:`hyperx._host.environment`. W&B is the optional ``track`` extra
 (``pip install "hyperx-rl[track]"``); ``WANDB_MODE=offline`` keeps the run in ``OUT/wandb`` for
 a later ``wandb sync`` on machines without network, and ``WANDB_PROJECT`` names the project
 (default ``hyperx``).
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hyperx._argparse import fail
+from hyperx.commands._args import fail
 
 PROJECT = "hyperx"
 """The W&B project when ``WANDB_PROJECT`` is not set."""
@@ -66,7 +66,7 @@ class Tracker:
                  track: bool = False) -> None:
         from tensorboardX import SummaryWriter
 
-        from hyperx._rundir import environment
+        from hyperx._host import environment
 
         self._tb = SummaryWriter(str(Path(out) / "tb"))
         self._wandb = None

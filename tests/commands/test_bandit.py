@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from hyperx.bandits import sweep
 from hyperx.bandits.registry import LEARNERS, parse_agent, parse_value, split_agents
+from hyperx.commands import bandit as sweep
+from hyperx.commands import main
 
 TINY = ["--env", "linear", "--dim", "3", "--arms", "4", "--steps", "20", "--seeds", "3",
         "--agents", "exact_ts,ensemble_pp:M=2,index=sphere", "--quiet"]
@@ -13,7 +14,7 @@ TINY = ["--env", "linear", "--dim", "3", "--arms", "4", "--steps", "20", "--seed
 
 def _run(tmp_path, name, *extra):
     out = tmp_path / name
-    assert sweep.main([*TINY, "--out", str(out), *extra]) == 0
+    assert main(["bandit", *TINY, "--out", str(out), *extra]) == 0
     return out
 
 
@@ -55,7 +56,7 @@ def test_sweep_outputs_reproducible_and_seed_dependent(tmp_path):
 ])
 def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, needle):
     with pytest.raises(SystemExit) as exc:
-        sweep.main([*argv, "--out", str(tmp_path / "x")])
+        main(["bandit", *argv, "--out", str(tmp_path / "x")])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("hyperx: error: ") and err.count("\n") == 1 and needle in err
@@ -99,7 +100,7 @@ def test_interrupted_sweep_keeps_finished_parts_and_resume_completes_it(tmp_path
     monkeypatch.setattr(experiment, "run_bandit", flaky)
     out = tmp_path / "cut"
     with pytest.raises(SystemExit) as exc:
-        sweep.main([*TINY, "--seeds-per-part", "2", "--out", str(out)])
+        main(["bandit", *TINY, "--seeds-per-part", "2", "--out", str(out)])
     assert exc.value.code == 130
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("hyperx: interrupted: 2 of 4 parts") and "--resume" in err
@@ -107,12 +108,12 @@ def test_interrupted_sweep_keeps_finished_parts_and_resume_completes_it(tmp_path
 
     calls.clear()
     monkeypatch.setattr(experiment, "run_bandit", real)
-    assert sweep.main([*TINY, "--seeds-per-part", "2", "--out", str(out), "--resume"]) == 0
+    assert main(["bandit", *TINY, "--seeds-per-part", "2", "--out", str(out), "--resume"]) == 0
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["agents"]) == {"exact_ts", "ensemble_pp:M=2,index=sphere"}
     capsys.readouterr()
-    assert sweep.main([*TINY, "--seeds-per-part", "2", "--out", str(out), "--resume"]) == 0
+    assert main(["bandit", *TINY, "--seeds-per-part", "2", "--out", str(out), "--resume"]) == 0
     assert capsys.readouterr().out.startswith("run is complete")
 
 
@@ -126,19 +127,19 @@ def test_out_is_checked_before_any_work(tmp_path, capsys):
                         (tmp_path / "afile" / "sub", "cannot create"),
                         (tmp_path / "foreign", "holds no hyperx run")]:
         with pytest.raises(SystemExit) as exc:
-            sweep.main([*TINY, "--out", str(out)])
+            main(["bandit", *TINY, "--out", str(out)])
         err = capsys.readouterr().err
         assert exc.value.code == 2 and err.count("\n") == 1 and needle in err, err
-    assert sweep.main([*TINY, "--out", str(tmp_path / "foreign"), "--overwrite"]) == 0
+    assert main(["bandit", *TINY, "--out", str(tmp_path / "foreign"), "--overwrite"]) == 0
     assert (tmp_path / "foreign" / "notes.txt").read_text() == "mine"
     with pytest.raises(SystemExit):
-        sweep.main([*TINY, "--seed", "3", "--out", str(tmp_path / "foreign")])
+        main(["bandit", *TINY, "--seed", "3", "--out", str(tmp_path / "foreign")])
     assert "--seed: 0 (saved) vs 3 (now)" in capsys.readouterr().err
 
 
 def test_list_agents_prints_every_learner_with_its_defaults(capsys):
     with pytest.raises(SystemExit) as exc:
-        sweep.main(["--list-agents"])
+        main(["bandit", "--list-agents"])
     assert exc.value.code == 0
     printed = capsys.readouterr().out
     assert all(name in printed for name in LEARNERS) and "M=16" in printed
@@ -158,9 +159,9 @@ def test_damaged_part_is_reported_on_resume_with_file_line_and_fix(tmp_path, cap
     damages = {
         "cut": ("line 21 is cut", lambda p: p.write_text(text[:len(text) // 2])),
         "cut in the last number": ("line 41 is cut", lambda p: p.write_text(text[:-4])),
-        "one seed's rows removed": ("expected 40 rows (2 seeds x 20 checkpoints), got 20",
+        "one seed's rows removed": ("expected 40 rows, got 20",
                                     lambda p: p.write_text("".join(lines[:21]))),
-        "a row cut short": ("line 3 is not the row exact_ts,,0,2,<regret>",
+        "a row cut short": ("line 3 is not the row exact_ts,,0,2,<value>",
                             lambda p: p.write_text("".join(
                                 [*lines[:2], "exact_ts,,0\r\n", *lines[3:]]))),
         "timings deleted": ("agent00_seeds000000000-000000001.json: the timings",
@@ -173,12 +174,12 @@ def test_damaged_part_is_reported_on_resume_with_file_line_and_fix(tmp_path, cap
         damage(out / "parts" / part.name)
         capsys.readouterr()
         with pytest.raises(SystemExit) as exc:
-            sweep.main([*argv, "--out", str(out)])
+            main(["bandit", *argv, "--out", str(out)])
         err = capsys.readouterr().err
         assert exc.value.code == 2, name
         assert len(err.strip().splitlines()) == 1 and needle in err, (name, err)
         assert str(out / "parts" / part.stem) in err and "--resume" in err, err
         assert not list(out.glob(".*.tmp")), name
     (out / "parts" / part.name).unlink()
-    assert sweep.main([*argv, "--out", str(out)]) == 0
+    assert main(["bandit", *argv, "--out", str(out)]) == 0
     assert (out / "regret.csv").read_bytes() == (full / "regret.csv").read_bytes()

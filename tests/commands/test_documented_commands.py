@@ -17,9 +17,9 @@ import shlex
 
 import pytest
 
-from hyperx.cli import build_parser, main
+from hyperx.commands import build_parser, main
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BASH = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 REGISTERED_BY_THEIR_PAGE = ("inflated_ts",)

@@ -16,7 +16,7 @@ shortest path; :mod:`hyperx.games.routing_play`). Seed s plays the same game in 
 every controlled player (names: :data:`hyperx.games.ROUTING_LEARNERS`). Each matchup runs its
 seeds in vmapped ``lax.scan`` calls of ``--seeds-per-part`` seeds.
 
-Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
+Writes to ``--out`` (checked before any work, see :mod:`hyperx.commands._rundir`):
 
 - ``parts/``: one CSV (and a JSON of timings and equilibrium gaps) per matchup and block of
   seeds, each written as soon as it is computed; ``--resume`` skips the parts already there;
@@ -40,8 +40,6 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
-import io
-import json
 import math
 import time
 from pathlib import Path
@@ -49,21 +47,26 @@ from typing import Any
 
 import numpy as np
 
-from hyperx._argparse import add_run_dir_options, fail, interrupted, non_negative_int, positive_int
-from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
-from hyperx._rundir import (
-    check_out_rules,
+from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
+from hyperx.commands._args import (
+    fail,
+    non_negative_int,
+    positive_int,
+)
+from hyperx.commands._dryrun import WorkEstimate
+from hyperx.commands._parts import Block, Parts
+from hyperx.commands._rundir import (
+    RunDirectory,
+    add_run_options,
     interval95,
-    prepare_out,
-    write_atomic,
-    write_manifest,
     write_summary_json,
 )
-from hyperx._tracking import Tracker, add_tracking_option, check_tracking
-from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
+from hyperx.commands._tracking import Tracker, check_tracking
 
 GAMES = ("zero_sum", "general_sum", "rps", "sioux_falls")
 CSV_COLUMNS = ("matchup", "player", "learner", "seed", "t", "regret")
+META_KEYS = ("wall_time_s", "compile_time_s", "seed_rounds", "gaps")
+"""What each part's JSON holds: its timings and the gap of each seed."""
 OUTPUTS = ("parts", "regret.csv", "summary.json", "regret.png", "tb", "wandb")
 SETTINGS = ("game", "actions", "players", "controlled", "steps", "seeds", "seed", "noise",
             "matchups",
@@ -100,11 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         help="about this many log-spaced checkpoints t")
     parser.add_argument("--seeds-per-part", type=positive_int, default=500,
                         help="seeds per results file in OUT/parts (written as each finishes)")
-    parser.add_argument("--out", required=True, help="output directory")
-    add_run_dir_options(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    add_tracking_option(parser)
-    add_dry_run_option(parser)
+    add_run_options(parser, quiet="no progress bar or table")
     parser.set_defaults(func=run_from_args)
     return parser
 
@@ -214,12 +213,26 @@ def _games(args: argparse.Namespace, num_actions: tuple[int, ...], start: int, s
                       for s in range(start, stop)])
 
 
-def _part_path(out: Path, index: int, start: int, stop: int) -> Path:
-    return out / "parts" / f"matchup{index:02d}_seeds{start:09d}-{stop - 1:09d}.csv"
+def _players(args: argparse.Namespace, text: str, num_actions: tuple[int, ...]) -> list[str]:
+    """The learner of each player whose regret a part records (routing: the controlled
+    players, all running the matchup's one learner)."""
+    if args.game == "sioux_falls":
+        return text.split(":") * args.controlled
+    return text.split(":")
 
 
-def _run_part(args, num_actions, text: str, program, start: int, stop: int,
-              checkpoints: np.ndarray, path: Path) -> None:
+def _expected_rows(args: argparse.Namespace, text: str, players: list[str], block: Block,
+                   checkpoints: np.ndarray) -> list[tuple]:
+    """The identifying columns of one part's rows: matchup, player, learner, seed, t."""
+    _, start, stop = block
+    return [(text, i + 1, players[i], seed, int(t)) for seed in range(start, stop)
+            for t in checkpoints for i in range(len(players))]
+
+
+def _run_part(args: argparse.Namespace, num_actions: tuple[int, ...], text: str, program: Any,
+              block: Block, checkpoints: np.ndarray, parts: Parts) -> None:
+    """Play one block of seeds of one matchup and write its part (rows and timings)."""
+    _, start, stop = block
     import jax
 
     from hyperx.games.normal_form import cce_gap, nash_conv
@@ -242,18 +255,12 @@ def _run_part(args, num_actions, text: str, program, start: int, stop: int,
             else:
                 gaps = jax.vmap(cce_gap)(games, result.mean_joint)
     seconds = time.perf_counter() - begin
-    names = text.split(":") * (regret.shape[2] if args.game == "sioux_falls" else 1)
-    rows = io.StringIO()
-    writer = csv.writer(rows)
-    writer.writerow(CSV_COLUMNS)
-    for s, c, i in np.ndindex(regret.shape):
-        writer.writerow((text, i + 1, names[i], start + s, int(checkpoints[c]),
-                         float(regret[s, c, i])))
-    write_atomic(path.with_suffix(".json"), json.dumps(
-        {"wall_time_s": seconds, "compile_time_s": min(compiling.seconds, seconds),
-         "seed_rounds": (stop - start) * args.steps,
-         "gaps": np.asarray(gaps, np.float64).tolist()}) + "\n")
-    write_atomic(path, rows.getvalue())
+    names = _players(args, text, num_actions)
+    parts.write(block, ((text, i + 1, names[i], start + s, int(checkpoints[c]),
+                         float(regret[s, c, i])) for s, c, i in np.ndindex(regret.shape)),
+                {"wall_time_s": seconds, "compile_time_s": min(compiling.seconds, seconds),
+                 "seed_rounds": (stop - start) * args.steps,
+                 "gaps": np.asarray(gaps, np.float64).tolist()})
 
 
 GAMES_RATE = 138_000
@@ -274,6 +281,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         fail(f"--controlled: only for --game sioux_falls, got --game {args.game}")
     if routing and args.controlled is None:
         args.controlled = 20
+    texts = [m.strip() for m in args.matchups.split(",") if m.strip()]
+    twice = next((text for i, text in enumerate(texts) if text in texts[:i]), None)
+    if twice is not None:
+        fail(f"--matchups: {twice} is given twice; expected each matchup once")
     if args.seed + args.seeds + 1 > INT32_MAX:
         fail(f"--seed, --seeds: expected seed ids in [0, {INT32_MAX - 1}], got {args.seed} .. "
              f"{args.seed + args.seeds}")
@@ -298,23 +309,23 @@ def run_from_args(args: argparse.Namespace) -> int:
             fail(str(err))
     settings = {key: getattr(args, key) for key in SETTINGS}
     check_tracking(args.track)
+    run = RunDirectory(args, "games", settings, OUTPUTS, extent="every part")
     if args.dry_run:
-        check_out_rules(args.out, "games", settings, resume=args.resume,
-                        overwrite=args.overwrite)
-        rate = None if routing else GAMES_RATE
-        return report("games", out=args.out, memory=memory,
-                      outputs=[o for o in OUTPUTS if o != "wandb" or args.track],
-                      resume=args.resume, work=[WorkEstimate(
-                          args.steps * args.seeds * len(matchups), "seed-round", rate,
-                          "sioux_falls not measured" if routing else
-                          "GP-MW against Exp3.P, K = 30, 1,000 seeds, "
-                          "benchmarks/results/games.json", 5.0 * len(matchups))])
-    out, _ = prepare_out(args.out, "games", settings, resume=args.resume,
-                         overwrite=args.overwrite, outputs=OUTPUTS)
-    (out / "parts").mkdir(exist_ok=True)
-    blocks = [(i, start, min(start + args.seeds_per_part, args.seeds))
-              for i in range(len(matchups)) for start in range(0, args.seeds, args.seeds_per_part)]
-    todo = [b for b in blocks if not _part_path(out, *b).exists()]
+        return run.dry_run(memory=memory, work=[WorkEstimate(
+            args.steps * args.seeds * len(matchups), "seed-round",
+            None if routing else GAMES_RATE, "sioux_falls not measured" if routing else
+            "GP-MW against Exp3.P, K = 30, 1,000 seeds, benchmarks/results/games.json",
+            5.0 * len(matchups))])
+    run.open(rebuild=True)
+    out = run.out
+    parts = Parts(out, "matchup", len(matchups), args.seeds, args.seeds_per_part,
+                  columns=CSV_COLUMNS, meta_keys=META_KEYS)
+    todo = parts.todo()
+    for block in parts.blocks:  # a damaged part is reported before any work
+        if block not in todo:
+            text = matchups[block[0]][0]
+            parts.read(block, _expected_rows(args, text, _players(args, text, num_actions),
+                                             block, checkpoints))
     from hyperx.games.play import make_play_seeds
 
     if routing:
@@ -326,19 +337,15 @@ def run_from_args(args: argparse.Namespace) -> int:
         programs = {i: make_play_seeds(matchups[i][1], args.steps, noise_std=args.noise)
                     for i in {b[0] for b in todo}}
     def run_part(k: int) -> tuple[int, dict]:
-        i, start, stop = todo[k]
-        _run_part(args, num_actions, matchups[i][0], programs[i], start, stop, checkpoints,
-                  _part_path(out, i, start, stop))
+        block = todo[k]
+        _run_part(args, num_actions, matchups[block[0]][0], programs[block[0]], block,
+                  checkpoints, parts)
         return k + 1, {}
 
-    try:
+    with run.guard(stopped=lambda stop: parts.stopped()):
         run_chunks(run_part, 0, position=lambda k: k, total=len(todo),
                    progress=None if args.quiet else "games", unit="part")
-    except KeyboardInterrupt:
-        done = sum(_part_path(out, *b).exists() for b in blocks)
-        interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
-                    "with --resume to finish")
-    summary = _write_outputs(out, args, matchups, blocks)
+    summary = _write_outputs(parts, args, matchups, num_actions, checkpoints)
     if routing:
         summary["equilibrium_relative_delay"] = equilibrium_delay
         write_summary_json(out, summary)
@@ -353,36 +360,55 @@ def run_from_args(args: argparse.Namespace) -> int:
                                              entry["gap"]["mean"]))}, args.steps)
         finally:
             tracker.close()
-    write_manifest(out, "games", settings, complete=True)
+    run.finish()
     if not args.quiet:
         print(format_table(summary))
-    print(f"wrote {out}/regret.csv, summary.json, regret.png" if todo else
-          f"run is complete: {out} holds every part; rebuilt regret.csv, summary.json and "
-          "regret.png from them")
+    if todo:
+        print(f"wrote {out}/regret.csv, summary.json, regret.png")
+    else:
+        run.say_complete("rebuilt regret.csv, summary.json and regret.png from them")
     return 0
 
 
-def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
-                   blocks: list[tuple[int, int, int]]) -> dict[str, Any]:
+def _write_outputs(parts: Parts, args: argparse.Namespace, matchups: list,
+                   num_actions: tuple[int, ...], checkpoints: np.ndarray) -> dict[str, Any]:
+    """Join the parts on disk (each checked by :meth:`Parts.read`) into regret.csv,
+    summary.json and regret.png; returns the summary."""
+    out = parts.out
     summary: dict[str, Any] = {key: getattr(args, key) for key in SETTINGS}
     summary["gap"] = {"general_sum": "cce_gap", "sioux_falls": "relative_delay"}.get(
         args.game, "nash_conv")
     summary["matchups"] = {}
     tmp = out / ".regret.csv.tmp"
+    try:  # a damaged part exits here: leave no temporary file behind
+        _join_parts(parts, args, matchups, num_actions, checkpoints, tmp, summary)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(out / "regret.csv")
+    write_summary_json(out, summary)
+    plot_games_csv(out)
+    return summary
+
+
+def _join_parts(parts: Parts, args: argparse.Namespace, matchups: list,
+                num_actions: tuple[int, ...], checkpoints: np.ndarray, tmp: Path,
+                summary: dict[str, Any]) -> None:
+    """Copy every part's rows to ``tmp`` and add each matchup's results to ``summary``."""
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
-        for i, (text, learners) in enumerate(matchups):
-            finals: list[list[float]] = [[] for _ in learners]
+        for i, (text, _) in enumerate(matchups):
+            players = _players(args, text, num_actions)
+            finals: list[list[float]] = [[] for _ in players]
             gaps, seconds, compiling, seed_rounds = [], 0.0, 0.0, 0
-            for path in [_part_path(out, *b) for b in blocks if b[0] == i]:
-                with open(path, newline="") as part:
-                    rows = list(csv.reader(part))[1:]
+            for block in parts.of(i):
+                rows, values, meta = parts.read(block, _expected_rows(
+                    args, text, players, block, checkpoints))
                 writer.writerows(rows)
-                for row in rows:
+                for row, value in zip(rows, values, strict=True):
                     if int(row[4]) == args.steps:
-                        finals[int(row[1]) - 1].append(float(row[5]) / args.steps)
-                meta = json.loads(path.with_suffix(".json").read_text())
+                        finals[int(row[1]) - 1].append(value / args.steps)
                 gaps += meta["gaps"]
                 seconds += meta["wall_time_s"]
                 compiling += meta.get("compile_time_s", 0.0)
@@ -396,10 +422,6 @@ def _write_outputs(out: Path, args: argparse.Namespace, matchups: list,
             if args.game == "sioux_falls":  # per seed, the mean over the controlled players
                 summary["matchups"][text]["mean_regret"] = interval95(
                     np.mean(np.array(finals), axis=0))
-    tmp.replace(out / "regret.csv")
-    write_summary_json(out, summary)
-    plot_games_csv(out)
-    return summary
 
 
 def format_table(summary: dict[str, Any]) -> str:

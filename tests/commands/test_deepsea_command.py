@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from hyperx.cli import main
+from hyperx.commands import main
 
 
 def test_deepsea_command_writes_returns_summary_and_plot(tmp_path, capsys):

@@ -17,7 +17,7 @@ with different options.
 vmapped ``lax.scan`` calls (:func:`hyperx.bandits.runner.run_bandit`) with common random numbers:
 seed s draws the same game instance for every agent.
 
-Writes to ``--out`` (checked before any work, see :mod:`hyperx._rundir`):
+Writes to ``--out`` (checked before any work, see :mod:`hyperx.commands._rundir`):
 
 - ``parts/``: one CSV per agent and block of ``--seeds-per-part`` seeds, each written as soon
   as it is computed; ``--resume`` skips the parts already there;
@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
-import json
 import math
 import shutil
 import time
@@ -48,25 +46,6 @@ from typing import Any
 
 import numpy as np
 
-from hyperx._argparse import (
-    OneLineParser,
-    add_run_dir_options,
-    check_out_usable,
-    fail,
-    interrupted,
-    non_negative_int,
-    positive_int,
-)
-from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
-from hyperx._rundir import (
-    check_out_rules,
-    interval95,
-    prepare_out,
-    write_atomic,
-    write_manifest,
-    write_summary_json,
-)
-from hyperx._tracking import Tracker, add_tracking_option, check_tracking, log_curves
 from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
 from hyperx.bandits.base import BanditSpec
 from hyperx.bandits.registry import (
@@ -76,6 +55,21 @@ from hyperx.bandits.registry import (
     parse_agent,
     split_agents,
 )
+from hyperx.commands._args import (
+    check_out_usable,
+    fail,
+    non_negative_int,
+    positive_int,
+)
+from hyperx.commands._dryrun import WorkEstimate
+from hyperx.commands._parts import Block, Parts
+from hyperx.commands._rundir import (
+    RunDirectory,
+    add_run_options,
+    interval95,
+    write_summary_json,
+)
+from hyperx.commands._tracking import Tracker, check_tracking, log_curves
 
 ENV_ALIASES = {"linear": "russo"}
 CSV_COLUMNS = ("agent", "config", "seed", "t", "regret")
@@ -130,11 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="about this many log-spaced checkpoints t")
     parser.add_argument("--seeds-per-part", type=positive_int, default=500,
                         help="seeds per results file in OUT/parts (written as each finishes)")
-    parser.add_argument("--out", required=True, help="output directory")
-    add_run_dir_options(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    add_tracking_option(parser)
-    add_dry_run_option(parser)
+    add_run_options(parser, quiet="no progress bar or table")
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -145,13 +135,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_arguments(parser)
     parser.set_defaults(func=run_from_args)
     return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``hyperx bandit`` with ``argv`` (the arguments after ``bandit``)."""
-    parser = OneLineParser(prog="hyperx bandit", description=DESCRIPTION)
-    add_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
 
 
 def _make_env(args: argparse.Namespace):
@@ -216,82 +199,15 @@ def _check_sizes(args: argparse.Namespace, num_agents: int, num_points: int) -> 
         fail(str(err))
 
 
-def _part_path(out: Path, index: int, start: int, stop: int) -> Path:
-    return out / "parts" / f"agent{index:02d}_seeds{start:09d}-{stop - 1:09d}.csv"
+def _parts(out: Path, args: argparse.Namespace, num_agents: int) -> Parts:
+    return Parts(out, "agent", num_agents, args.seeds, args.seeds_per_part,
+                 columns=CSV_COLUMNS, meta_keys=TIMING_KEYS)
 
 
-def _write_part(path: Path, name: str, config: str, start: int, t: np.ndarray,
-                regret: np.ndarray, timing: dict[str, Any]) -> None:
-    """The rows of one agent's block of seeds, then its timings (the CSV marks it done)."""
-    text = io.StringIO()
-    writer = csv.writer(text)
-    writer.writerow(CSV_COLUMNS)
-    for s, c in np.ndindex(regret.shape):
-        writer.writerow((name, config, start + s, int(t[c]), float(regret[s, c])))
-    write_atomic(path.with_suffix(".json"), json.dumps(timing) + "\n")
-    write_atomic(path, text.getvalue())
-
-
-def _read_part(path: Path, name: str, config: str, start: int, stop: int,
-               checkpoints: np.ndarray) -> tuple[list[list[str]], np.ndarray, dict[str, float]]:
-    """The rows, (S, C) regret and timings of one part, checked against what it must hold.
-
-    A part cut mid-row, with rows missing, extra or out of order, or without its timing file,
-    exits with one line naming the file (and the line) and how to recompute it.
-    """
-    fix = "delete it and rerun the same command with --resume to recompute it"
-    num = checkpoints.size
-    with open(path, newline="") as f:
-        text = f.read()
-    rows = list(csv.reader(io.StringIO(text)))
-    if text and not text.endswith("\n"):
-        fail(f"{path}: line {len(rows)} is cut (the file ends inside it); {fix}")
-    if not rows or tuple(rows[0]) != CSV_COLUMNS:
-        fail(f"{path}: expected the header {','.join(CSV_COLUMNS)}, got "
-             f"{','.join(rows[0]) if rows else 'an empty file'}; {fix}")
-    rows = rows[1:]
-    regret = np.empty((stop - start, num))
-    expected = zip(rows, np.ndindex(regret.shape), strict=False)  # the count is checked below
-    for number, (row, (s, c)) in enumerate(expected, start=2):
-        try:
-            ok = (len(row) == len(CSV_COLUMNS) and tuple(row[:2]) == (name, config)
-                  and int(row[2]) == start + s and int(row[3]) == checkpoints[c])
-            regret[s, c] = float(row[4]) if ok else 0.0
-        except ValueError:
-            ok = False
-        if not ok:
-            fail(f"{path}: line {number} is not the row {name},{config},{start + s},"
-                 f"{checkpoints[c]},<regret> (cut or damaged), got {','.join(row)!r}; {fix}")
-    if len(rows) != regret.size:
-        fail(f"{path}: expected {regret.size} rows ({stop - start} seeds x {num} checkpoints), "
-             f"got {len(rows)}; {fix}")
-    timing_path = path.with_suffix(".json")
-    try:
-        timing = json.loads(timing_path.read_text())
-    except (OSError, ValueError) as err:
-        fail(f"{timing_path}: the timings of {path.name} are missing or damaged "
-             f"({type(err).__name__}); delete {path.name} and rerun the same command with "
-             "--resume to recompute it")
-    if not isinstance(timing, dict) or not all(
-            isinstance(timing.get(key), int | float) for key in TIMING_KEYS):
-        fail(f"{timing_path}: expected a JSON object with {', '.join(TIMING_KEYS)}; delete "
-             f"{path.name} and rerun the same command with --resume to recompute it")
-    return rows, regret, timing
-
-
-def _copy_parts(parts: list[tuple[Path, int, int]], name: str, config: str, writer: Any,
-                checkpoints: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
-    """Copy one agent's parts' rows (each checked by :func:`_read_part`) to ``writer`` part by
-    part (never all rows in memory); returns the (S, C) regret and the summed timings."""
-    regret: list[np.ndarray] = []
-    timing: dict[str, float] = {}
-    for path, start, stop in parts:
-        rows, values, times = _read_part(path, name, config, start, stop, checkpoints)
-        writer.writerows(rows)
-        regret.append(values)
-        for key in TIMING_KEYS:
-            timing[key] = (max if key == "group_size" else sum)((timing.get(key, 0), times[key]))
-    return np.concatenate(regret), timing
+def _expected_rows(name: str, config: str, block: Block, checkpoints: np.ndarray):
+    """The identifying columns of one part's rows: agent, config, seed, t."""
+    _, start, stop = block
+    return [(name, config, seed, int(t)) for seed in range(start, stop) for t in checkpoints]
 
 
 def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict[str, Any],
@@ -348,21 +264,16 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.data is not None:  # only --env text has them (older run folders lack the keys)
         settings.update(data=args.data, model=args.model)
     check_tracking(args.track)
+    run = RunDirectory(args, "bandit", settings, OUTPUTS, extent="every part")
     if args.dry_run:
-        check_out_rules(args.out, "bandit", settings, resume=args.resume,
-                        overwrite=args.overwrite)
-        return report("bandit", out=args.out, memory=memory,
-                      outputs=[o for o in OUTPUTS if o != "wandb" or args.track],
-                      resume=args.resume, work=[_work(args, env, len(agents))])
-    out, _ = prepare_out(args.out, "bandit", settings, resume=args.resume,
-                         overwrite=args.overwrite, outputs=OUTPUTS)
-    (out / "parts").mkdir(exist_ok=True)
-    blocks = [(i, start, min(start + args.seeds_per_part, args.seeds))
-              for i in range(len(agents)) for start in range(0, args.seeds, args.seeds_per_part)]
-    todo = [b for b in blocks if not _part_path(out, *b).exists()]
-    for i, start, stop in blocks:  # a damaged part is reported before any work
-        if (i, start, stop) not in todo:
-            _read_part(_part_path(out, i, start, stop), *agents[i][:2], start, stop, checkpoints)
+        return run.dry_run(memory=memory, work=[_work(args, env, len(agents))])
+    run.open(rebuild=True)
+    out = run.out
+    parts = _parts(out, args, len(agents))
+    todo = parts.todo()
+    for block in parts.blocks:  # a damaged part is reported before any work
+        if block not in todo:
+            parts.read(block, _expected_rows(*agents[block[0]][:2], block, checkpoints))
     programs: dict[int, BanditProgram] = {}  # one compiled program per agent, for its parts
 
     def run_part(k: int) -> tuple[int, dict[str, Any]]:
@@ -386,37 +297,48 @@ def run_from_args(args: argparse.Namespace) -> int:
         return k + 1, {"result": result, "timing": timing}
 
     def write_part(chunk: Chunk) -> None:
-        i, start, stop = todo[chunk.done - 1]
-        name, config = agents[i][:2]
+        block = todo[chunk.done - 1]
+        name, config = agents[block[0]][:2]
         result = chunk.metrics["result"]
-        _write_part(_part_path(out, i, start, stop), name, config, start, result.t,
-                    result.regret, chunk.metrics["timing"])
+        parts.write(block, ((name, config, block[1] + s, int(result.t[c]),
+                             float(result.regret[s, c]))
+                            for s, c in np.ndindex(result.regret.shape)),
+                    chunk.metrics["timing"])
 
-    try:
+    with run.guard(stopped=lambda stop: parts.stopped()):
         run_chunks(run_part, 0, position=lambda k: k, total=len(todo), on_chunk=write_part,
                    progress=None if args.quiet else "bandit", unit="part")
-    except KeyboardInterrupt:
-        done = sum(_part_path(out, *b).exists() for b in blocks)
-        interrupted(f"{done} of {len(blocks)} parts are in {out}/parts; rerun the same command "
-                    "with --resume to finish")
-    summary, curves = _write_outputs(out, args, env, agents, checkpoints, blocks)
+    summary, curves = _write_outputs(parts, args, env, agents, checkpoints)
     if todo:  # the mean regret curves, once, when the sweep ran
         log_curves(Tracker(out, "bandit", settings, track=args.track), "regret", checkpoints,
                    {label: c.mean(axis=0) for label, c in curves.items()})
-    write_manifest(out, "bandit", settings, complete=True)
+    run.finish()
     if not args.quiet:
         print(format_table(summary))
     if not todo:
-        print(f"run is complete: {out} holds every part; rebuilt regret.csv, summary.json and "
-              "regret.png from them")
+        run.say_complete("rebuilt regret.csv, summary.json and regret.png from them")
     elif not args.quiet:
         print(f"wrote {out}/regret.csv, summary.json, regret.png")
     return 0
 
 
-def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
-                   checkpoints: np.ndarray, blocks: list[tuple[int, int, int]]
-                   ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _copy_parts(parts: Parts, item: int, name: str, config: str, writer: Any,
+                checkpoints: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """Copy one agent's parts' rows (each checked by :meth:`Parts.read`) to ``writer`` part by
+    part (never all rows in memory); returns the (S, C) regret and the summed timings."""
+    regret: list[np.ndarray] = []
+    timing: dict[str, float] = {}
+    for block in parts.of(item):
+        rows, values, times = parts.read(block, _expected_rows(name, config, block, checkpoints))
+        writer.writerows(rows)
+        regret.append(np.reshape(values, (block[2] - block[1], checkpoints.size)))
+        for key in TIMING_KEYS:
+            timing[key] = (max if key == "group_size" else sum)((timing.get(key, 0), times[key]))
+    return np.concatenate(regret), timing
+
+
+def _write_outputs(parts: Parts, args: argparse.Namespace, env, agents: list,
+                   checkpoints: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Join the parts on disk into regret.csv, summary.json and regret.png; returns the
     summary and each agent's regret (seeds, checkpoints)."""
     summary: dict[str, Any] = {
@@ -425,14 +347,14 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
         "seed": args.seed, "update_every": args.update_every, "agents": {},
     }
     curves: dict[str, np.ndarray] = {}
+    out = parts.out
     tmp = out / ".regret.csv.tmp"
     try:  # a damaged part exits here: leave no temporary file behind
         with open(tmp, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(CSV_COLUMNS)
             for i, (name, config, options, _) in enumerate(agents):
-                parts = [(_part_path(out, *b), b[1], b[2]) for b in blocks if b[0] == i]
-                regret, timing = _copy_parts(parts, name, config, writer, checkpoints)
+                regret, timing = _copy_parts(parts, i, name, config, writer, checkpoints)
                 label = f"{name}:{config}" if config else name
                 curves[label] = regret
                 run_time = timing["run_time_s"]
@@ -440,7 +362,7 @@ def _write_outputs(out: Path, args: argparse.Namespace, env, agents: list,
                     "agent": name, "config": options, "final_regret": interval95(regret[:, -1]),
                     "wall_time_s": timing["wall_time_s"],
                     "compile_time_s": timing["compile_time_s"], "run_time_s": run_time,
-                    "steps_per_s": args.steps * len(blocks) / len(agents) / run_time,
+                    "steps_per_s": args.steps * len(parts.of(i)) / run_time,
                     "seed_steps_per_s": timing["seed_rounds"] / run_time,
                     "group_size": int(timing["group_size"]),
                 }
@@ -472,7 +394,7 @@ def plot_regret_csv(directory: str | Path) -> Path:
     Raises ``ValueError`` naming the file when it lacks its header, a row is cut or holds a
     non-number, it has no rows, or a label's rows do not fill whole seeds.
     """
-    from hyperx._rundir import read_summary
+    from hyperx.commands._rundir import read_summary
 
     directory = Path(directory)
     path = directory / "regret.csv"

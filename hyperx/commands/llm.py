@@ -11,11 +11,11 @@ Flax causal LM with ``--hf-path``), warms it up with supervised steps, then runs
 It writes ``OUT/metrics.csv`` (one row per step, appended as the step ends),
 ``OUT/summary.json``, ``OUT/curves.png`` and ``OUT/checkpoints/`` (the RL state after the
 warm-up and every ``--checkpoint-every`` steps) beside ``OUT/run.json``. ``--out`` is checked
-before any work and follows the run-directory rules of :mod:`hyperx._rundir`: a folder holding
-another run or foreign files needs ``--overwrite``, and ``--resume`` continues an interrupted
-run from its newest checkpoint to the outputs an uninterrupted run would have written (the
-``time_*`` columns and ``wall_s`` aside). Ctrl-C finishes the save in progress, keeps the
-finished steps' rows and exits with status 130.
+before any work and follows the run-directory rules of :mod:`hyperx.commands._rundir`: a
+folder holding another run or foreign files needs ``--overwrite``, and ``--resume`` continues
+an interrupted run from its newest checkpoint to the outputs an uninterrupted run would have
+written (the ``time_*`` columns and ``wall_s`` aside). Ctrl-C finishes the save in progress,
+keeps the finished steps' rows and exits with status 130.
 """
 
 from __future__ import annotations
@@ -31,25 +31,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hyperx._argparse import (
-    OneLineParser,
-    add_run_dir_options,
+from hyperx._host import device_line, sigint_held, write_atomic
+from hyperx.commands._args import (
     fail,
-    interrupted,
     non_negative_int,
     positive_int,
 )
-from hyperx._dryrun import WorkEstimate, add_dry_run_option, report
-from hyperx._rundir import (
-    check_out_rules,
-    device_line,
-    prepare_out,
-    sigint_held,
-    write_atomic,
-    write_manifest,
+from hyperx.commands._dryrun import WorkEstimate
+from hyperx.commands._rundir import (
+    RunDirectory,
+    add_run_options,
     write_summary_json,
 )
-from hyperx._tracking import Tracker, add_tracking_option, check_tracking
+from hyperx.commands._tracking import Tracker, check_tracking
 
 if TYPE_CHECKING:
     import jax
@@ -138,11 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-every", type=positive_int, default=50,
                         help="save the RL state to OUT/checkpoints every N steps (and after "
                              "the warm-up); --resume continues from the newest")
-    parser.add_argument("--out", required=True, help="output directory")
-    add_run_dir_options(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_tracking_option(parser)
-    add_dry_run_option(parser)
+    add_run_options(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -153,13 +143,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     add_arguments(parser)
     parser.set_defaults(func=run_from_args)
     return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``hyperx llm`` with ``argv`` (the arguments after ``llm``)."""
-    parser = OneLineParser(prog="hyperx llm", description=DESCRIPTION)
-    add_arguments(parser)
-    return run_from_args(parser.parse_args(argv))
 
 
 def _build(args: argparse.Namespace, task):
@@ -356,31 +339,24 @@ def run_from_args(args: argparse.Namespace) -> int:
             shapes = jax.eval_shape(module.init, jax.random.key(0),
                                     jax.ShapeDtypeStruct((1, task.prompt_len), np.int32))
             _check_sizes(args, task, *rl.transformer_lms(module, args.rollout_dtype), shapes)
+    try:
+        config = rl.RLConfig(prompts_per_step=args.prompts, group_size=args.group_size,
+                             learning_rate=args.lr, advantage=args.advantage,
+                             correction=rl.correction_preset(args.correction),
+                             objective=rl.ObjectiveConfig(loss=args.loss),
+                             rollout_dtype=args.rollout_dtype, lag=args.lag,
+                             lr_schedule=args.lr_schedule, ppo_epochs=args.ppo_epochs)
+    except ValueError as err:
+        fail(str(err))
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
     check_tracking(args.track)
+    run = RunDirectory(args, "llm", settings, OUTPUTS, extent=f"all {args.steps} steps",
+                       checkpointed=True)
     if args.dry_run:
-        check_out_rules(args.out, "llm", settings, resume=args.resume, overwrite=args.overwrite)
-        return report("llm", out=args.out, memory=memory, resume=args.resume,
-                      outputs=[o for o in OUTPUTS if o != "wandb" or args.track],
-                      work=_work(args))
-    out, manifest = prepare_out(args.out, "llm", settings, resume=args.resume,
-                                overwrite=args.overwrite, outputs=OUTPUTS)
-    if manifest is not None and manifest.get("complete"):
-        print(f"run is complete: {out} holds all {args.steps} steps of this run; nothing to do "
-              "(--overwrite runs it again)")
+        return run.dry_run(memory=memory, work=_work(args))
+    if not run.open():
         return 0
-    config = rl.RLConfig(prompts_per_step=args.prompts, group_size=args.group_size,
-                         learning_rate=args.lr, advantage=args.advantage,
-                         correction=rl.correction_preset(args.correction),
-                         objective=rl.ObjectiveConfig(loss=args.loss),
-                         rollout_dtype=args.rollout_dtype, lag=args.lag,
-                         lr_schedule=args.lr_schedule, ppo_epochs=args.ppo_epochs)
-    start = time.perf_counter()
-    train_lm, rollout_lm, params = _build(args, task)
-    if args.hf_path is not None:
-        _check_sizes(args, task, train_lm, rollout_lm, params)
-    key = jax.random.key(args.seed)
-    trainer = rl.make_trainer(train_lm, rollout_lm, task, config)
+    out = run.out
     path = out / "metrics.csv"
     done: list[dict[str, float]] = []
     columns: list[str] = []
@@ -414,7 +390,22 @@ def run_from_args(args: argparse.Namespace) -> int:
         return carry._replace(state=state, key=jax.random.key_data(
             rl.advance_key(step_key, steps))), {}
 
-    try:
+    def stopped(stop: KeyboardInterrupt) -> str:
+        step = stop.checkpoint_step if isinstance(stop, TrainingInterrupted) else saved
+        if step is None:
+            return ("before the first checkpoint (after the warm-up); rerun the same command "
+                    "without --resume to start again")
+        return (f"{len(done)} of {args.steps} steps are in {path}; the checkpoint of step "
+                f"{step} is in {out / 'checkpoints'}; rerun the same command with --resume to "
+                "continue")
+
+    with run.guard(stopped=stopped):
+        start = time.perf_counter()
+        train_lm, rollout_lm, params = _build(args, task)
+        if args.hf_path is not None:
+            _check_sizes(args, task, train_lm, rollout_lm, params)
+        key = jax.random.key(args.seed)
+        trainer = rl.make_trainer(train_lm, rollout_lm, task, config)
         resources = contextlib.ExitStack()
         with resources:  # closes what the set-up opened if the set-up fails
             manager = resources.enter_context(contextlib.closing(
@@ -461,21 +452,16 @@ def run_from_args(args: argparse.Namespace) -> int:
         carry = run_chunks(advance, carry, position=lambda c: int(c.state.step),
                            total=args.steps, save=manager.save, saved_step=saved,
                            cleanup=(resources.close,)).carry
-        _write_outputs(args, out, settings, carry, done, train_lm, task, key, start)
-    except KeyboardInterrupt as stop:
-        saved = stop.checkpoint_step if isinstance(stop, TrainingInterrupted) else saved
-        where = ("no checkpoint yet" if saved is None
-                 else f"the checkpoint of step {saved} is in {out / 'checkpoints'}")
-        interrupted(f"{len(done)} of {args.steps} steps are in {path}; {where}; rerun the same "
-                    "command with --resume to continue")
+        _write_outputs(args, out, carry, done, train_lm, task, key, start)
+    run.finish()
     return 0
 
 
-def _write_outputs(args: argparse.Namespace, out: Path, settings: dict[str, Any], carry: Carry,
+def _write_outputs(args: argparse.Namespace, out: Path, carry: Carry,
                    done: list[dict[str, float]], train_lm: LanguageModel, task: Task,
                    key: jax.Array, start: float) -> None:
-    """Measure the trained policy, write ``summary.json`` and ``curves.png``, mark the run
-    complete in ``run.json`` and print the one-line result."""
+    """Measure the trained policy, write ``summary.json`` and ``curves.png`` and print the
+    one-line result."""
     import jax
 
     from hyperx.llm import train as rl
@@ -501,7 +487,6 @@ def _write_outputs(args: argparse.Namespace, out: Path, settings: dict[str, Any]
         plot_curves({args.correction: done}, os.path.join(args.out, "curves.png"),
                     title=f"{args.task} (difficulty {args.difficulty}), {args.rollout_dtype} "
                           f"sampler, lag {args.lag}")
-    write_manifest(out, "llm", settings, complete=True)
     print(f"hyperx llm: {args.task}, {args.steps} steps, correction {args.correction}, "
           f"advantage {args.advantage}: reward {summary.get('reward_first10', float('nan')):.3f}"
           f" -> {summary.get('reward_last10', float('nan')):.3f}, greedy accuracy "
@@ -543,7 +528,7 @@ def summarize(history: list[dict[str, float]], window: int = 10) -> dict[str, fl
 
 def write_metrics(history: list[dict[str, float]], path: str | Path) -> None:
     """One CSV row per step, one column per metric (the union of keys, sorted, step first),
-    written atomically (:func:`hyperx._rundir.write_atomic`)."""
+    written atomically (:func:`hyperx._host.write_atomic`)."""
     keys = sorted({k for h in history for k in h} - {"step"})
     text = io.StringIO()
     writer = csv.writer(text)
@@ -556,7 +541,7 @@ def write_metrics(history: list[dict[str, float]], path: str | Path) -> None:
 def plot_metrics_csv(directory: str | Path) -> Path:
     """Redraw ``curves.png`` of a ``hyperx llm`` run from its ``metrics.csv``; returns the
     path. ``ValueError`` names a damaged file."""
-    from hyperx._rundir import read_manifest
+    from hyperx.commands._rundir import read_manifest
 
     directory = Path(directory)
     path = directory / "metrics.csv"

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from hyperx.cli import build_parser, main
+from hyperx.commands import build_parser, main
 
 TINY = ["llm", "--task", "addition", "--difficulty", "1", "--steps", "5", "--prompts", "2",
         "--group-size", "4", "--warmup-steps", "0", "--d-model", "32", "--layers", "1",

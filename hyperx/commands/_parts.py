@@ -1,0 +1,121 @@
+"""The parts of a run over many seeds (``hyperx bandit``, ``hyperx games``): one CSV per item
+(an agent, a matchup) and block of seeds, written as soon as the block finishes, with its
+timings in a JSON beside it.
+
+A part is written atomically, the JSON first, so a part's CSV on disk marks it done; a resumed
+run skips those and checks each one it skips before any work (:meth:`Parts.read`): a cut or
+damaged row, a missing or extra row, rows out of order, or a missing or damaged JSON exits with
+one line naming the file and how to recompute it. The run's outputs are rebuilt from the parts,
+so a resumed run ends byte-identical to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hyperx._host import write_atomic
+from hyperx.commands._args import fail
+
+Block = tuple[int, int, int]
+"""(item index, first seed, one past the last seed)."""
+
+
+class Parts:
+    """The parts of one run in ``out/parts``: items x blocks of ``per_part`` seeds.
+
+    Args:
+      out: the run directory.
+      item: what an item is, in the file names (``"agent"``, ``"matchup"``).
+      num_items: the agents or matchups.
+      seeds: the seeds of each item.
+      per_part: the most seeds in one part.
+      columns: the CSV header; every column but the last identifies a row, the last is a
+        number.
+      meta_keys: the keys every part's JSON must hold.
+    """
+
+    def __init__(self, out: Path, item: str, num_items: int, seeds: int, per_part: int, *,
+                 columns: Sequence[str], meta_keys: Sequence[str]) -> None:
+        self.out, self.item, self.columns = out, item, tuple(columns)
+        self.meta_keys = tuple(meta_keys)
+        self.blocks: list[Block] = [(i, start, min(start + per_part, seeds))
+                                    for i in range(num_items)
+                                    for start in range(0, seeds, per_part)]
+
+    def path(self, block: Block) -> Path:
+        """``out/parts/<item>NN_seedsFIRST-LAST.csv``."""
+        i, start, stop = block
+        return (self.out / "parts"
+                / f"{self.item}{i:02d}_seeds{start:09d}-{stop - 1:09d}.csv")
+
+    def todo(self) -> list[Block]:
+        """The blocks without a part on disk (creates ``out/parts``)."""
+        (self.out / "parts").mkdir(exist_ok=True)
+        return [b for b in self.blocks if not self.path(b).exists()]
+
+    def of(self, item: int) -> list[Block]:
+        """The blocks of one item, in seed order."""
+        return [b for b in self.blocks if b[0] == item]
+
+    def write(self, block: Block, rows: Iterable[Sequence[Any]], meta: dict[str, Any]) -> None:
+        """Write one part: its JSON, then its CSV (header and ``rows``)."""
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow(self.columns)
+        writer.writerows(rows)
+        path = self.path(block)
+        write_atomic(path.with_suffix(".json"), json.dumps(meta) + "\n")
+        write_atomic(path, text.getvalue())
+
+    def read(self, block: Block, expected: Iterable[Sequence[Any]]
+             ) -> tuple[list[list[str]], list[float], dict[str, Any]]:
+        """The rows, their numbers (the last column) and the JSON of one part, checked:
+        row ``k`` must be ``expected[k]`` followed by a finite or non-finite float, with as many
+        rows as ``expected`` holds. Exits with one line naming the file otherwise."""
+        path = self.path(block)
+        fix = "delete it and rerun the same command with --resume to recompute it"
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            fail(f"{path}: cannot be read ({type(err).__name__}); {fix}")
+        rows = list(csv.reader(io.StringIO(text)))
+        if text and not text.endswith("\n"):
+            fail(f"{path}: line {len(rows)} is cut (the file ends inside it); {fix}")
+        if not rows or tuple(rows[0]) != self.columns:
+            fail(f"{path}: expected the header {','.join(self.columns)}, got "
+                 f"{','.join(rows[0]) if rows else 'an empty file'}; {fix}")
+        rows, values = rows[1:], []
+        expected = [tuple(str(v) for v in keys) for keys in expected]
+        for number, (row, keys) in enumerate(zip(rows, expected, strict=False), start=2):
+            try:
+                ok = len(row) == len(self.columns) and tuple(row[:-1]) == keys
+                values.append(float(row[-1]) if ok else 0.0)
+            except ValueError:
+                ok = False
+            if not ok:
+                fail(f"{path}: line {number} is not the row {','.join(keys)},<value> (cut or "
+                     f"damaged), got {','.join(row)!r}; {fix}")
+        if len(rows) != len(expected):
+            fail(f"{path}: expected {len(expected)} rows, got {len(rows)}; {fix}")
+        meta_path = path.with_suffix(".json")
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError) as err:
+            fail(f"{meta_path}: the timings of {path.name} are missing or damaged "
+                 f"({type(err).__name__}); delete {path.name} and rerun the same command with "
+                 "--resume to recompute it")
+        if not isinstance(meta, dict) or any(key not in meta for key in self.meta_keys):
+            fail(f"{meta_path}: expected a JSON object with {', '.join(self.meta_keys)}; "
+                 f"delete {path.name} and rerun the same command with --resume to recompute it")
+        return rows, values, meta
+
+    def stopped(self) -> str:
+        """Where an interrupted run stands: ``N of M parts are in OUT/parts; ...``."""
+        done = sum(self.path(b).exists() for b in self.blocks)
+        return (f"{done} of {len(self.blocks)} parts are in {self.out}/parts; rerun the same "
+                "command with --resume to finish")

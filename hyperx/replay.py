@@ -61,7 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_positive
+from hyperx._validation import check_int, check_memory, check_positive, device_memory_bytes
 
 Array = jax.Array
 PyTree = Any
@@ -296,13 +296,27 @@ def init(spec: ReplaySpec, capacity: int, example: PyTree) -> ReplayState:
         if shape != ():
             raise ValueError(f"example_transition.{name}: expected shape (), got {shape}")
     shape = (spec.num_streams, per_stream)
+    check_memory(f"capacity {capacity}", sum(
+        per_stream * spec.num_streams * np.prod(np.shape(x), dtype=np.int64)
+        * jnp.result_type(x).itemsize for x in jax.tree.leaves(example)),
+        device_memory_bytes(), "device memory for the replay's slots")
     data = jax.tree.map(lambda x: jnp.zeros(shape + np.shape(x), jnp.result_type(x)), example)
     streams = jnp.zeros((spec.num_streams,), jnp.int32)
     return ReplayState(data, streams, streams, jnp.zeros((), jnp.int32), streams)
 
 
+def _check_state(spec: ReplaySpec, state: ReplayState) -> None:
+    """``ValueError`` unless ``state`` holds the spec's ``num_streams`` streams."""
+    streams = np.shape(state.write_index)
+    if streams != (spec.num_streams,):
+        raise ValueError(f"state: expected the state of a buffer of {spec.num_streams} "
+                         f"stream(s) (write_index shape ({spec.num_streams},)), got shape "
+                         f"{streams}: build the state with this buffer's init")
+
+
 def _check_batch(spec: ReplaySpec, state: ReplayState, transitions: PyTree) -> None:
     """Check ``transitions`` (leaves ``(E, ...)``) against the state."""
+    _check_state(spec, state)
     _scalar_fields(spec, transitions, "transitions")
     e = spec.num_streams
     want = jax.tree.structure(state.data)
@@ -383,8 +397,9 @@ def num_sampleable(spec: ReplaySpec, state: ReplayState) -> Array:
 
 
 def can_sample(spec: ReplaySpec, state: ReplayState, batch_size: int) -> Array:
-    """True when at least ``batch_size`` (> 0) complete windows are stored."""
-    check_positive("batch_size", batch_size)
+    """True when at least ``batch_size`` (an integer > 0) complete windows are stored."""
+    check_int("batch_size", batch_size)
+    _check_state(spec, state)
     return num_sampleable(spec, state) >= batch_size
 
 
@@ -402,7 +417,8 @@ def sample(spec: ReplaySpec, state: ReplayState, key: Array, batch_size: int) ->
     zero discount (never an unwritten window with garbage): check :func:`can_sample` first or
     weight the loss by ``valid``.
     """
-    check_positive("batch_size", batch_size)
+    check_int("batch_size", batch_size)
+    _check_state(spec, state)
     data = state.data
     capacity = _capacity(state)
     start_slot, count = _ranges(spec, state)

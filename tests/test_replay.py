@@ -292,6 +292,29 @@ def test_bad_input_names_the_argument():
         buf.sample(state, jax.random.key(0), 0)
 
 
+def test_sizes_and_stream_counts_are_checked_at_the_boundary():
+    """A non-integer batch size (2.5 reached randint's shape), a state built for another
+    stream count (it was read with the wrong rings) and a capacity beyond memory each fail in
+    one line naming the argument."""
+    buf, _, _ = buffer(3, 0.9)
+    state = buf.init(8, example())
+    for bad in (2.5, True, -1):
+        with pytest.raises(ValueError, match="batch_size: expected an integer"):
+            buf.sample(state, jax.random.key(0), bad)
+        with pytest.raises(ValueError, match="batch_size: expected an integer"):
+            buf.can_sample(state, bad)
+    two = make_replay_buffer(3, 0.9, num_streams=2)
+    other = two.init(8, example())
+    for call in (lambda: buf.add(other, one(transition(0, 1.0))),
+                 lambda: buf.sample(other, jax.random.key(0), 2),
+                 lambda: buf.can_sample(other, 2)):
+        with pytest.raises(ValueError, match=r"state: expected the state of a buffer of 1 "
+                                             r"stream\(s\).*got shape \(2,\)"):
+            call()
+    with pytest.raises(ValueError, match="capacity 1000000000000: needs an estimated"):
+        buf.init(10**12, example())
+
+
 def test_n_step_target_by_hand():
     """gamma = 0.5, windows of 3: (a) no end: R = 1 + 0.5*2 + 0.25*4 = 3, discount 0.125;
     (b) terminal at step 1: R = 1 + 0.5*2 = 2, k = 2, discount 0; (c) truncation (an episode

@@ -150,6 +150,7 @@ def cce_gap(payoffs: jax.Array, joint: jax.Array) -> jax.Array:
     if tuple(np.shape(joint)) != num_actions:
         raise ValueError(f"joint: expected shape {num_actions} (one entry per joint action), "
                          f"got {tuple(np.shape(joint))}")
+    _check_distribution("joint", joint)
     gap = jnp.float32(0.0)
     for i in range(len(num_actions)):
         others = joint.sum(axis=i)
@@ -166,6 +167,26 @@ def _check_strategies(strategies, num_actions: tuple[int, ...]) -> None:
     for i, (x, k) in enumerate(zip(strategies, num_actions, strict=True)):
         if tuple(np.shape(x)) != (k,):
             raise ValueError(f"strategies[{i}]: expected shape ({k},), got {np.shape(x)}")
+        _check_distribution(f"strategies[{i}]", x)
+
+
+DISTRIBUTION_TOLERANCE = 1e-4
+"""How far a probability distribution's total may be from 1 (float32 sums)."""
+
+
+def _check_distribution(name: str, p) -> None:
+    """``ValueError`` naming ``name`` unless the concrete ``p`` is a probability distribution:
+    finite, non-negative entries summing to 1 within :data:`DISTRIBUTION_TOLERANCE` (traced
+    values are not checked)."""
+    if isinstance(p, jax.core.Tracer):
+        return
+    values = np.asarray(p, np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ValueError(f"{name}: expected a probability distribution (finite entries >= 0), "
+                         f"got min {values.min():.6g}")
+    if abs(values.sum() - 1.0) > DISTRIBUTION_TOLERANCE:
+        raise ValueError(f"{name}: expected a probability distribution summing to 1, got a sum "
+                         f"of {values.sum():.6g}")
 
 
 def _num_actions(num_actions) -> tuple[int, ...]:

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hyperx._validation import check_int, check_key, check_positive
+from hyperx._validation import check_finite, check_int, check_key, check_positive
 from hyperx.games.learners import Feedback, GameLearner
 from hyperx.games.normal_form import check_game, payoff, payoff_vector
 
@@ -134,6 +134,8 @@ def play_seeds(payoffs: Array, learners: Sequence[GameLearner], keys: Array, hor
     if jnp.ndim(payoffs) < 4:
         raise ValueError("payoffs: expected one game per seed, shape (S, N, K_1, ..., K_N), "
                          f"got {jnp.shape(payoffs)}")
+    check_game(payoffs[0])  # the shape of each seed's game
+    check_finite("payoffs", payoffs)  # the compiled play checks nothing inside jit
     if jnp.shape(keys)[:1] != jnp.shape(payoffs)[:1]:
         raise ValueError(f"keys: expected one key per game ({jnp.shape(payoffs)[0]}), got "
                          f"shape {jnp.shape(keys)}")

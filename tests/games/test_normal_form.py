@@ -106,6 +106,23 @@ def test_bad_games_are_named():
         nash_conv(rock_paper_scissors(), [jnp.ones(3) / 3, jnp.ones(2) / 2])
     with pytest.raises(ValueError, match="joint: expected shape"):
         cce_gap(rock_paper_scissors(), jnp.ones((3, 2)))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (jnp.array([0.5, 0.6, 0.0]), "summing to 1, got a sum of 1.1"),
+    (jnp.array([1.5, -0.5, 0.0]), r"finite entries >= 0\), got min -0.5"),
+    (jnp.array([jnp.nan, 0.5, 0.5]), "finite entries >= 0"),
+])
+def test_strategies_and_joints_that_are_not_distributions_are_named(bad, message):
+    """nash_conv and cce_gap of a vector that is not a distribution returned a number that
+    measures nothing (a gap of an unnormalised mixture)."""
+    rps = rock_paper_scissors()
+    with pytest.raises(ValueError, match=r"strategies\[0\]: expected a probability "
+                                         r"distribution.*" + message):
+        nash_conv(rps, [bad, jnp.ones(3) / 3])
+    with pytest.raises(ValueError, match="joint: expected a probability distribution"):
+        cce_gap(rps, jnp.outer(bad, jnp.ones(3) / 3))
+    assert float(nash_conv(rps, [jnp.ones(3) / 3] * 2)) == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ValueError, match="zero_sum"):
         random_gp_game(jax.random.key(0), (2, 2, 2))
     with pytest.raises(ValueError, match="num_actions"):

@@ -94,3 +94,16 @@ def test_bad_play_arguments_are_named():
         play_seeds(rps, players, jax.random.split(jax.random.key(0), 2), 10)
     with pytest.raises(ValueError, match="keys: expected one key per game"):
         play_seeds(jnp.stack([rps, rps]), players, jax.random.split(jax.random.key(0), 3), 10)
+
+
+def test_the_batched_path_refuses_non_finite_and_mis_shaped_payoffs():
+    """play_seeds compiles play under vmap, where play's own value checks cannot run: a NaN
+    payoff of one seed's game spread through its regret without a word."""
+    rps = rock_paper_scissors()
+    players = [hedge(PlayerSpec(i, (3, 3), 10)) for i in range(2)]
+    keys = jax.random.split(jax.random.key(0), 2)
+    with pytest.raises(ValueError, match=r"payoffs: expected finite values, got NaN or inf at "
+                                         r"index \[1, 0, 2, 2\]"):
+        play_seeds(jnp.stack([rps, rps.at[0, 2, 2].set(jnp.nan)]), players, keys, 10)
+    with pytest.raises(ValueError, match="payoffs: expected shape"):  # 3 players' axes, N = 2
+        play_seeds(jnp.zeros((2, 2, 3, 3, 3)), players, keys, 10)

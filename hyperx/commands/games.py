@@ -41,13 +41,14 @@ import argparse
 import csv
 import functools
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates
+from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates, plural
 from hyperx.commands._args import (
     fail,
     non_negative_int,
@@ -277,6 +278,9 @@ def run_from_args(args: argparse.Namespace) -> int:
         args.noise = 0.001 if routing else 1.0
     if not math.isfinite(args.noise) or args.noise <= 0:
         fail(f"--noise: expected a finite number > 0, got {args.noise}")
+    if np.float32(args.noise) ** 2 == 0:  # the learners' noise variance, in float32
+        fail(f"--noise: {args.noise} squared underflows to 0 in float32 (the noise variance); "
+             "expected at least 1e-19")
     if args.controlled is not None and not routing:
         fail(f"--controlled: only for --game sioux_falls, got --game {args.game}")
     if routing and args.controlled is None:
@@ -422,6 +426,12 @@ def _join_parts(parts: Parts, args: argparse.Namespace, matchups: list,
             if args.game == "sioux_falls":  # per seed, the mean over the controlled players
                 summary["matchups"][text]["mean_regret"] = interval95(
                     np.mean(np.array(finals), axis=0))
+            broken = ~np.isfinite(gaps) | ~np.all(np.isfinite(np.array(finals)), axis=0)
+            if broken.any():
+                sys.stderr.write(f"hyperx: warning: --matchups {text}: "
+                                 f"{plural(int(broken.sum()), 'seed')} of {broken.size} have a "
+                                 "NaN or infinite regret or gap (null in summary.json); check "
+                                 "--noise and the game's payoffs\n")
 
 
 def format_table(summary: dict[str, Any]) -> str:

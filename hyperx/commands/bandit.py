@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import shutil
 import time
 from collections.abc import Sequence
@@ -63,6 +62,7 @@ from hyperx.commands._args import (
 )
 from hyperx.commands._dryrun import WorkEstimate
 from hyperx.commands._parts import Block, Parts
+from hyperx.commands._plots import plot_bands
 from hyperx.commands._rundir import (
     RunDirectory,
     add_run_options,
@@ -371,7 +371,7 @@ def _write_outputs(parts: Parts, args: argparse.Namespace, env, agents: list,
         raise
     tmp.replace(out / "regret.csv")
     write_summary_json(out, summary)
-    plot_regret(checkpoints, curves, out / "regret.png",
+    plot_bands(checkpoints, curves, out / "regret.png", ylabel="cumulative expected regret",
                 title=f"{env.name}: d={env.context_dim}, K={env.num_arms}, {args.seeds} seeds")
     return summary, curves
 
@@ -429,29 +429,6 @@ def plot_regret_csv(directory: str | Path) -> Path:
         meta = read_summary(summary)
         title = (f"{meta.get('env_name', '?')}: d={meta.get('dim', '?')}, "
                  f"K={meta.get('arms', '?')}, {meta.get('seeds', '?')} seeds")
-    plot_regret(t, curves, directory / "regret.png", title=title)
+    plot_bands(t, curves, directory / "regret.png", ylabel="cumulative expected regret",
+               title=title)
     return directory / "regret.png"
-
-
-def plot_regret(t: np.ndarray, curves: dict[str, np.ndarray], path: Path, *,
-                title: str = "") -> None:
-    """Mean cumulative regret with a 95% band (mean +- 1.96 se) vs t, one line per agent."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, regret in curves.items():
-        mean = regret.mean(axis=0)
-        half = (1.96 * regret.std(axis=0, ddof=1) / math.sqrt(regret.shape[0])
-                if regret.shape[0] > 1 else np.zeros_like(mean))
-        ax.plot(t, mean, label=label)
-        ax.fill_between(t, mean - half, mean + half, alpha=0.25)
-    ax.set_xlabel("round t")
-    ax.set_ylabel("cumulative expected regret")
-    ax.set_title(title)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -56,6 +56,7 @@ from hyperx.commands._args import (
 )
 from hyperx.commands._dryrun import WorkEstimate
 from hyperx.commands._parts import Block, Parts
+from hyperx.commands._plots import plot_bands
 from hyperx.commands._rundir import (
     RunDirectory,
     add_run_options,
@@ -457,11 +458,6 @@ def is_games_csv(path: Path) -> bool:
 
 def plot_games_csv(directory: str | Path) -> Path:
     """Redraw ``regret.png`` of a games run from its ``regret.csv``; returns the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     directory = Path(directory)
     path = directory / "regret.csv"
     curves: dict[str, dict[int, dict[int, float]]] = {}
@@ -477,22 +473,12 @@ def plot_games_csv(directory: str | Path) -> Path:
                                  f"{','.join(str(v) for v in row.values())}") from None
     if not curves:
         raise ValueError(f"{path}: holds no rows (nothing to plot)")
-    fig, ax = plt.subplots(figsize=(6, 4))
+    t = np.array(sorted(next(iter(next(iter(curves.values())).values()))))
+    averages = {}
     for text, seeds in curves.items():
-        t = np.array(sorted(next(iter(seeds.values()))))
         if any(sorted(s) != list(t) for s in seeds.values()):
             raise ValueError(f"{path}: the seeds of {text} do not share their checkpoints t")
-        values = np.array([[s[x] for x in t] for s in seeds.values()]) / t
-        mean = values.mean(0)
-        half = (1.96 * values.std(0, ddof=1) / math.sqrt(len(values)) if len(values) > 1
-                else np.zeros_like(mean))
-        ax.plot(t, mean, label=text)
-        ax.fill_between(t, mean - half, mean + half, alpha=0.25)
-    ax.set_xlabel("round t")
-    ax.set_ylabel("player 1's time-averaged regret R_1(t) / t")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(directory / "regret.png", dpi=120)
-    plt.close(fig)
+        averages[text] = np.array([[s[x] for x in t] for s in seeds.values()]) / t
+    plot_bands(t, averages, directory / "regret.png",
+               ylabel="player 1's time-averaged regret R_1(t) / t")
     return directory / "regret.png"
-

@@ -18,7 +18,8 @@ is labelled with its protocol.
 
 The host loop (``host_loop=True``) drives the same pure act/observe functions over the
 gymnasium face for a platform without the XLA step; for the same seed it stores the same
-transitions (tests/agents/test_atari.py).
+transitions (tests/agents/test_atari.py). Evaluation is the agent's own policy
+(:attr:`hyperx.agents.core.Agent.eval_act`) played on separate games.
 
 Checkpoints hold the learner (parameters, target, optimiser, replay, RNG keys), the step
 counter and the evaluation history, not the emulators: a resumed run starts new games (its
@@ -117,8 +118,10 @@ class StepLog(NamedTuple):
 class AtariProgram(NamedTuple):
     """The pieces of a run, built once per (config, game, seeds, envs, actions): the pure
     ``act`` / ``observe`` halves of an iteration, the jitted ``init``, the host loop's jitted
-    halves (``host_act``, ``host_observe``) and the evaluation policy (``eval_act``, the
-    config's ``eval_epsilon``). The caller holds it; nothing is cached in this module."""
+    halves (``host_act``, ``host_observe``) and ``eval_act(params, prior, keys, obs, xi,
+    epsilon)``, the agent's own evaluation policy (:attr:`hyperx.agents.core.Agent.eval_act`)
+    vmapped over seeds and jitted once per ``epsilon``. The caller holds it; nothing is cached
+    in this module."""
 
     agent: Agent
     num_seeds: int
@@ -244,10 +247,15 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
                          jnp.ones((num_seeds, envs_per_seed), bool), zeros,
                          zeros.astype(jnp.int32))
 
+    def eval_act(params: Any, prior: Any, keys: Array, obs: Array, xi: Array,
+                 epsilon: float) -> Array:
+        return jax.vmap(functools.partial(agent.eval_act, epsilon=epsilon))(
+            params, prior, keys, obs, xi)
+
     return AtariProgram(agent, num_seeds, envs_per_seed, act, observe, jax.jit(init),
                         jax.jit(act), jax.jit(observe, donate_argnums=0,
                                               compiler_options=compiler_options()),
-                        _eval_act(agent, float(config.eval_epsilon)))
+                        jax.jit(eval_act, static_argnames="epsilon"))
 
 
 def check_replay_memory(config: AgentConfig, seeds: int, steps: int) -> None:
@@ -339,50 +347,33 @@ def evaluate(program: AtariProgram, params: Any, prior: Any, env: AtariEnv, key:
              episodes: int, seed: int, max_steps: int = MAX_EVAL_STEPS,
              epsilon: float | None = None) -> np.ndarray:
     """Evaluation scores (S, episodes): one game per environment of ``env`` (S x episodes
-    games, evaluation mode), a fresh index per game, greedy on it, with probability
-    ``epsilon`` a uniformly random action instead (default: the config's ``eval_epsilon``),
+    games, evaluation mode), a fresh index per game, actions from the agent's own evaluation
+    policy (:attr:`hyperx.agents.core.Agent.eval_act`: greedy on the index, with probability
+    ``epsilon`` a uniformly random action instead; default: the config's ``eval_epsilon``),
     stopped at game over, the frame cap or ``max_steps`` agent steps (27,000 = the
     108,000-frame cap)."""
-    epsilon = program.agent.config.eval_epsilon if epsilon is None else epsilon
-    check_range("epsilon", epsilon, 0.0, 1.0)
+    if epsilon is not None:
+        check_range("epsilon", epsilon, 0.0, 1.0)
+        epsilon = float(epsilon)
     s = program.num_seeds
     obs, _ = env.reset(seed=seed)
     k_index, key = jax.random.split(key)
     index = jax.vmap(jax.vmap(program.agent.eval_index))(
         jax.random.split(k_index, s * episodes).reshape(s, episodes, -1))
-    act = (program.eval_act if epsilon == program.agent.config.eval_epsilon
-           else _eval_act(program.agent, float(epsilon)))
     scores = np.zeros((s, episodes))
     done = np.zeros((s, episodes), bool)
     for _ in range(max_steps):
         if done.all():
             break
         key, k_act = jax.random.split(key)
-        actions = np.asarray(act(params, prior, jnp.asarray(obs).reshape(
-            (s, episodes) + OBS_SHAPE), index, jax.random.split(k_act, s)))
+        actions = np.asarray(program.eval_act(
+            params, prior, jax.random.split(k_act, s),
+            jnp.asarray(obs).reshape((s, episodes) + OBS_SHAPE), index, epsilon=epsilon))
         obs, _, _, truncated, info = env.step(actions.reshape(-1))
         reward = info["raw_reward"].reshape(s, episodes)
         scores += np.where(done, 0.0, reward)
         done |= (info["game_over"] | truncated).reshape(s, episodes)
     return scores
-
-
-def _eval_act(agent: Agent, epsilon: float) -> Callable:
-    """The jitted evaluation policy: greedy on the given index, with probability ``epsilon``
-    a uniformly random action instead (vmapped over seeds)."""
-    from hyperx.agents.core import greedy_action
-
-    def act(params: Any, prior: Any, obs: Array, index: Array, key: Array) -> Array:
-        q = agent.q_values(params, prior, obs, index)
-        if epsilon == 0.0:
-            return jax.vmap(greedy_action)(jax.random.split(key, obs.shape[0]), q)
-        k_greedy, k_explore, k_random = jax.random.split(key, 3)
-        greedy = jax.vmap(greedy_action)(jax.random.split(k_greedy, obs.shape[0]), q)
-        explore = jax.random.uniform(k_explore, greedy.shape) < epsilon
-        return jnp.where(explore, jax.random.randint(k_random, greedy.shape, 0, q.shape[-1],
-                                                     jnp.int32), greedy)
-
-    return jax.jit(jax.vmap(act))
 
 
 def eval_protocol(config: AgentConfig) -> str:

@@ -28,7 +28,9 @@ HyperDQN, ICLR 2022), configured by a frozen :class:`~hyperx.agents.config.Agent
 
 :func:`make_agent` returns an :class:`Agent` of pure functions over an :class:`AgentState`,
 so any loop can drive it: ``act(state, key, obs)`` on one observation and
-``observe(state, key, transition)`` (store, redraw the index, and learn when due). For JAX
+``observe(state, key, transition)`` (store, redraw the index, and learn when due), and every
+trainer evaluates with ``eval_act(params, prior, key, obs, xi)`` (greedy, or epsilon-greedy
+with ``eval_epsilon``: :func:`epsilon_greedy`, the draw ``act`` makes too). For JAX
 environments the whole run is one ``lax.scan`` (:mod:`hyperx.agents.deepsea`).
 """
 
@@ -46,6 +48,8 @@ import optax
 from hyperx._validation import (
     check_int,
     check_memory,
+    check_range,
+    check_rank,
     check_shape,
     device_memory_bytes,
     format_bytes,
@@ -183,10 +187,14 @@ class AgentEvalIndexFn(Protocol):
 
 
 class AgentEvalActFn(Protocol):
-    """``eval_act(state, key, obs, xi) -> action``: greedy on ``xi``, no epsilon (shapes as
-    :class:`AgentActFn`; ``xi`` is (J, M), or (B, J, M) for a batched agent)."""
+    """``eval_act(params, prior, key, obs, xi, epsilon=None) -> action``: the evaluation
+    policy of the network ``(params, prior)``, greedy on ``xi`` with probability ``epsilon``
+    (default: the config's ``eval_epsilon``; a Python float) of a uniformly random action
+    instead. One observation with ``xi`` (J, M) gives an int32 scalar; a batch (n, ...) of
+    any n with one index per row, ``xi`` (n, J, M), gives (n,) actions."""
 
-    def __call__(self, state: AgentState, key: Array, obs: Array, xi: Array) -> Array: ...
+    def __call__(self, params: PyTree, prior: PyTree, key: Array, obs: Array, xi: Array,
+                 epsilon: float | None = None) -> Array: ...
 
 
 class AgentQValuesFn(Protocol):
@@ -204,8 +212,10 @@ class Agent(NamedTuple):
     act(state, key, obs) -> action, with the episode's index (one observation, or B).
     observe(state, key, transition) -> AgentState: store, redraw the index, learn when due.
     update(state, key) -> AgentState: one gradient step (and target sync when due).
-    eval_index(key) -> index: a fresh index for one greedy evaluation episode.
-    eval_act(state, key, obs, xi) -> action: greedy, no epsilon.
+    eval_index(key) -> index: a fresh index for one evaluation episode.
+    eval_act(params, prior, key, obs, xi, epsilon=None) -> action: the evaluation policy,
+      greedy or epsilon-greedy with the config's ``eval_epsilon`` (every trainer evaluates
+      with it).
     q_values(params, prior, obs, xi) -> (B, A) values of a batch under an acting index.
     """
 
@@ -236,7 +246,7 @@ class Agent(NamedTuple):
                                              compiler_options=options),
                              update=jax.jit(self.update, donate_argnums=donated,
                                             compiler_options=options),
-                             eval_act=jax.jit(self.eval_act))
+                             eval_act=jax.jit(self.eval_act, static_argnames="epsilon"))
 
 
 def make_torso(config: AgentConfig, num_states: int | None = None) -> nn.Module:
@@ -269,6 +279,31 @@ def greedy_action(key: Array, q: Array) -> Array:
     """``argmax_a q[a]`` with ties broken uniformly at random; ``q`` of shape (A,)."""
     ties = q >= jnp.max(q)
     return jax.random.categorical(key, jnp.where(ties, 0.0, -jnp.inf)).astype(jnp.int32)
+
+
+def greedy_actions(key: Array, q: Array) -> Array:
+    """:func:`greedy_action` on ``q`` of shape (A,) with ``key``, or on each row of (n, A)
+    with ``split(key, n)``."""
+    if q.ndim == 1:
+        return greedy_action(key, q)
+    return jax.vmap(greedy_action)(jax.random.split(key, q.shape[0]), q)
+
+
+def epsilon_greedy(key: Array, q: Array, epsilon: Array | float,
+                   explore: Array | bool = False) -> Array:
+    """Epsilon-greedy actions for values ``q`` of shape (A,) or (n, A):
+
+        a = U{0, ..., A-1}                    with probability epsilon (or where ``explore``)
+        a = argmax_a' q[a'] (random tie-break) otherwise
+
+    ``key`` splits into the greedy tie-breaks (:func:`greedy_actions`), the uniform draws
+    ``u < epsilon`` and the random actions, one per row."""
+    k_greedy, k_explore, k_random = jax.random.split(key, 3)
+    lead = q.shape[:-1]
+    greedy = greedy_actions(k_greedy, q)
+    explore = (jax.random.uniform(k_explore, lead) < epsilon) | explore
+    return jnp.where(explore, jax.random.randint(k_random, lead, 0, q.shape[-1], jnp.int32),
+                     greedy)
 
 
 def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
@@ -385,24 +420,31 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                           else jnp.zeros((), dtypes.get(name, jnp.bool_))) for name in fields}
         return dict(example, z=jnp.zeros((config.index_dim,), jnp.float32))
 
-    def greedy(state: AgentState, key: Array, obs: Array, xi: Array) -> Array:
-        check_shape("obs", obs, (*lead, *obs_example.shape),
-                    "(num_envs, *obs_shape)" if lead else "one observation")
+    def values(params: PyTree, prior: PyTree, obs: Array, xi: Array) -> Array:
+        """Q-values (A,) of one observation or (n, A) of a batch, under ``xi``."""
         obs = jnp.asarray(obs)
-        q = q_values(state.params, state.prior, obs if lead else obs[None], xi)
-        if not lead:
-            return greedy_action(key, q[0])
-        return jax.vmap(greedy_action)(jax.random.split(key, num_envs), q)
+        one = obs.ndim == obs_example.ndim
+        q = q_values(params, prior, obs[None] if one else obs, xi)
+        return q[0] if one else q
 
     def act(state: AgentState, key: Array, obs: Array) -> Array:
         if not lead:
             check_observation(obs, num_states)
-        k_greedy, k_explore, k_random = jax.random.split(key, 3)
-        action = greedy(state, k_greedy, obs, state.index)
-        explore = ((jax.random.uniform(k_explore, lead) < epsilon(state.env_steps))
-                   | (state.env_steps < config.random_start))
-        random_action = jax.random.randint(k_random, lead, 0, num_actions, jnp.int32)
-        return jnp.where(explore, random_action, action)
+        check_shape("obs", obs, (*lead, *obs_example.shape),
+                    "(num_envs, *obs_shape)" if lead else "one observation")
+        q = values(state.params, state.prior, obs, state.index)
+        return epsilon_greedy(key, q, epsilon(state.env_steps),
+                              state.env_steps < config.random_start)
+
+    def eval_act(params: PyTree, prior: PyTree, key: Array, obs: Array, xi: Array,
+                 epsilon: float | None = None) -> Array:
+        epsilon = config.eval_epsilon if epsilon is None else epsilon
+        check_range("epsilon", epsilon, 0.0, 1.0)
+        check_rank("obs", obs, (obs_example.ndim, obs_example.ndim + 1))
+        check_shape("obs", obs, (None,) * (np.ndim(obs) - obs_example.ndim) + obs_example.shape,
+                    "one observation or (n, *obs_shape)")
+        q = values(params, prior, obs, xi)
+        return greedy_actions(key, q) if epsilon == 0.0 else epsilon_greedy(key, q, epsilon)
 
     def observe(state: AgentState, key: Array,
                 transition: Transition | BatchTransition) -> AgentState:
@@ -427,7 +469,8 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                & buffer.can_sample(replay, config.batch_size))
         return _learn_if(due, state, k_learn, learn, per_iteration)
 
-    agent = Agent(config, network, init, act, observe, learn, acting_index, greedy, q_values)
+    agent = Agent(config, network, init, act, observe, learn, acting_index, eval_act,
+                  q_values)
     check_agent_memory(agent, capacity, num_seeds, carries)
     return agent
 

@@ -386,7 +386,7 @@ def evaluate_saved(
     Protocol (ours; bsuite and the HyperAgent reference score DeepSea by the training
     episodes, :class:`DeepSeaResult`): each seed plays ``episodes`` episodes on its own
     action mapping (restored with the checkpoint), each greedy on a fresh index
-    (``agent.eval_index``, ``agent.eval_act``: no epsilon; ties broken at random). DeepSea is
+    (``agent.eval_index``, ``agent.eval_act`` with epsilon 0; ties broken at random). DeepSea is
     deterministic given the mapping, so for an agent with one index (dqn) every episode of a
     seed is the same unless Q-values tie; for the hyper agents the episodes differ by index,
     and the fraction that reach the treasure measures how much of the posterior has found it.
@@ -424,7 +424,9 @@ def greedy_episodes(program: DeepSeaProgram, seeds: SeedCarry, keys: Array, epis
 
         def move(c: tuple, k: Array) -> tuple[tuple, None]:
             env, total, found = c
-            out = deepsea.step(params, env, agent.eval_act(state, k, state_id(env, n), xi))
+            action = agent.eval_act(state.params, state.prior, k, state_id(env, n), xi,
+                                    epsilon=0.0)
+            out = deepsea.step(params, env, action)
             return (out.state, total + out.reward, found | (out.reward > 0)), None
 
         start, _ = deepsea.reset(params)

@@ -193,8 +193,31 @@ def test_evaluation_is_greedy_with_a_fresh_index_and_no_epsilon():
     assert index.shape == state.index.shape and not np.allclose(index, state.index)
     q = agent.q_values(state.params, state.prior, jnp.array([7], jnp.int32), index)[0]
     keys = jax.random.split(jax.random.PRNGKey(1), 50)
-    actions = jax.vmap(lambda k: agent.eval_act(state, k, jnp.int32(7), index))(keys)
+    actions = jax.vmap(lambda k: agent.eval_act(state.params, state.prior, k,
+                                                           jnp.int32(7), index))(keys)
     assert np.all(np.asarray(actions) == int(jnp.argmax(q)))
+
+
+@pytest.mark.parametrize("num_envs", [None, 3])
+def test_evaluation_policy_is_the_acting_policy_on_the_given_index(num_envs):
+    """``eval_act`` at the training epsilon picks exactly what ``act`` picks on the episode's
+    index (one policy, one key use), also on a batch of another size than ``num_envs``."""
+    agent = make_agent(get_config("dqn", epsilon_start=0.3, epsilon_end=0.3, random_start=0),
+                       4, jnp.zeros(5), num_envs=num_envs)
+    state = agent.init(jax.random.PRNGKey(0))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (num_envs or 1, 5))
+    obs = obs if num_envs else obs[0]
+    for k in range(20):
+        key = jax.random.PRNGKey(k)
+        np.testing.assert_array_equal(
+            agent.act(state, key, obs),
+            agent.eval_act(state.params, state.prior, key, obs, state.index, epsilon=0.3))
+    batch = jax.random.normal(jax.random.PRNGKey(2), (7, 5))
+    one = state.index.reshape(-1, *state.index.shape[-2:])[0]
+    xi = jnp.broadcast_to(one, (7, *one.shape))
+    assert agent.eval_act(state.params, state.prior, key, batch, xi).shape == (7,)
+    with pytest.raises(ValueError, match="obs: expected rank"):
+        agent.eval_act(state.params, state.prior, key, batch[None], xi)
 
 
 def test_vmapped_observe_learns_only_when_due_and_equals_each_seed_alone():

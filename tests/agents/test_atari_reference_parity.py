@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import arrays
 from scipy import stats
 
 from hyperx.agents import get_config, make_agent
-from hyperx.agents.atari import _eval_act, eval_protocol
+from hyperx.agents.atari import eval_protocol
 from hyperx.agents.config import DQN_100K
 from hyperx.agents.core import Transition
 from hyperx.envs.atari import OBS_SHAPE
@@ -193,12 +193,12 @@ def test_evaluation_epsilon_is_greedy_at_zero_and_uniform_at_one():
     obs = jnp.broadcast_to(FRAMES[0], (1, 64, *OBS_SHAPE))
     index = jax.vmap(jax.vmap(agent.eval_index))(
         jnp.broadcast_to(jax.random.PRNGKey(3), (1, 64, 2)))  # one index for every game
-    params, prior = jax.tree.map(lambda x: x[None], (state.params, state.prior))
-    greedy = np.asarray(_eval_act(agent, 0.0)(params, prior, obs, index,
-                                              jax.random.PRNGKey(4)[None]))
+    act = agent.jit().eval_act  # one compiled policy per epsilon
+    greedy = np.asarray(act(state.params, state.prior, jax.random.PRNGKey(4), obs[0],
+                            index[0], epsilon=0.0))
     q = agent.q_values(state.params, state.prior, obs[0, :1], index[0, 0])
     assert set(greedy.ravel().tolist()) == {int(jnp.argmax(q[0]))}
-    uniform = _eval_act(agent, 1.0)  # one compiled policy, 20 draws
-    draws = np.concatenate([np.asarray(uniform(
-        params, prior, obs, index, jax.random.PRNGKey(k)[None])).ravel() for k in range(20)])
+    draws = np.concatenate([np.asarray(act(
+        state.params, state.prior, jax.random.PRNGKey(k), obs[0], index[0], epsilon=1.0))
+        for k in range(20)])
     assert stats.chisquare(np.bincount(draws, minlength=6)).pvalue > 1e-3

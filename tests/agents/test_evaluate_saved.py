@@ -153,7 +153,8 @@ def test_saved_deepsea_agent_plays_greedy_episodes_on_its_mapping(tmp_path):
             xi = agent.eval_index(k_index)
             env, _ = deepsea.reset(params)
             for k in jax.random.split(k_steps, 4):
-                out = deepsea.step(params, env, agent.eval_act(state, k, state_id(env, 4), xi))
+                out = deepsea.step(params, env, agent.eval_act(
+                    state.params, state.prior, k, state_id(env, 4), xi, epsilon=0.0))
                 env, played[s, e] = out.state, played[s, e] + float(out.reward)
     np.testing.assert_allclose(saved.returns, played, rtol=1e-6)
 

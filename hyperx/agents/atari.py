@@ -16,10 +16,19 @@ rliable protocol) and the best evaluation so far with its parameters (HyperAgent
 that checkpoint and re-evaluates it on 200 episodes: ``best_eval_episodes``); every number
 is labelled with its protocol.
 
-The host loop (``host_loop=True``) drives the same pure act/observe functions over the
-gymnasium face for a platform without the XLA step; for the same seed it stores the same
-transitions (tests/agents/test_atari.py). Evaluation is the agent's own policy
-(:attr:`hyperx.agents.core.Agent.eval_act`) played on separate games.
+One program runs a chunk whatever the device count (:func:`compiled_step`): a ``shard_map``
+over a 1-D mesh ``"runs"`` of the given devices, by default the first local device (a mesh of
+one), where each device runs its block of seeds against its own pool of games. A pool's XLA
+step is a custom call bound to its emulators, which XLA cannot partition, so the seeds are
+split by ``shard_map`` rather than by a sharded ``jit``; with envpool the pools are seeded to
+continue one another, so a sharded run plays the games of an unsharded one.
+
+The host loop (``host_loop=True``, :func:`host_steps`) is the one other way, for a platform
+without the XLA step: it keeps the emulators' step in Python, calling the gymnasium face
+between the jitted ``act`` and ``observe`` of the same program, on one device, one iteration
+per call. For the same seed it stores the same transitions (tests/agents/test_atari.py).
+Evaluation is the agent's own policy (:attr:`hyperx.agents.core.Agent.eval_act`) played on
+separate games.
 
 Checkpoints hold the learner (parameters, target, optimiser, replay, RNG keys), the step
 counter and the evaluation history, not the emulators: a resumed run starts new games (its
@@ -117,11 +126,11 @@ class StepLog(NamedTuple):
 
 class AtariProgram(NamedTuple):
     """The pieces of a run, built once per (config, game, seeds, envs, actions): the pure
-    ``act`` / ``observe`` halves of an iteration, the jitted ``init``, the host loop's jitted
-    halves (``host_act``, ``host_observe``) and ``eval_act(params, prior, keys, obs, xi,
-    epsilon)``, the agent's own evaluation policy (:attr:`hyperx.agents.core.Agent.eval_act`)
-    vmapped over seeds and jitted once per ``epsilon``. The caller holds it; nothing is cached
-    in this module."""
+    ``act`` / ``observe`` halves of an iteration (on any block of seeds: all of them, or one
+    device's), the jitted ``init``, the host loop's jitted halves (``host_act``,
+    ``host_observe``) and ``eval_act(params, prior, keys, obs, xi, epsilon)``, the agent's own
+    evaluation policy (:attr:`hyperx.agents.core.Agent.eval_act`) vmapped over seeds and jitted
+    once per ``epsilon``. The caller holds it; nothing is cached in this module."""
 
     agent: Agent
     num_seeds: int
@@ -211,7 +220,9 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
     The agents' frame replay (one stream per game, ``pad`` as the backend fills a stack) is
     built, sized and checked against device memory by :func:`make_agent`, for ``num_seeds``
     seeds whose state a chunk holds twice (:func:`hyperx.loop.run_scan` does not donate its
-    carry). Per iteration a seed's key chain steps as :func:`hyperx.agents.keys.step_keys`."""
+    carry). Per iteration a seed's key chain steps as :func:`hyperx.agents.keys.step_keys`.
+    ``act``, ``observe`` and ``init`` take the number of seeds from their inputs, so the same
+    functions run all ``num_seeds`` seeds or one device's block of them."""
     check_positive("num_seeds", num_seeds)
     check_positive("envs_per_seed", envs_per_seed)
     agent = make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
@@ -226,7 +237,7 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
 
     def observe(seeds: SeedCarry, actions: Array, k_observe: Array, out: AtariStep
                 ) -> tuple[SeedCarry, StepLog]:
-        out = jax.tree.map(lambda x: x.reshape((num_seeds, envs_per_seed) + x.shape[1:]), out)
+        out = jax.tree.map(lambda x: x.reshape(seeds.first.shape + x.shape[1:]), out)
         valid = ~out.reset_step
         transition = BatchTransition(seeds.obs, actions, out.reward, out.terminated,
                                      out.truncated, seeds.first, valid)
@@ -241,10 +252,10 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
 
     def init(keys: Array, obs: Array) -> SeedCarry:
         agents = jax.vmap(agent.init)(keys)
-        zeros = jnp.zeros((num_seeds, envs_per_seed))
+        games = (keys.shape[0], envs_per_seed)
+        zeros = jnp.zeros(games)
         return SeedCarry(agents, jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys),
-                         obs.reshape((num_seeds, envs_per_seed) + OBS_SHAPE),
-                         jnp.ones((num_seeds, envs_per_seed), bool), zeros,
+                         obs.reshape(games + OBS_SHAPE), jnp.ones(games, bool), zeros,
                          zeros.astype(jnp.int32))
 
     def eval_act(params: Any, prior: Any, keys: Array, obs: Array, xi: Array,
@@ -279,47 +290,35 @@ def initial_carry(program: AtariProgram, first_obs: np.ndarray, seed: int,
     return AtariCarry(jnp.int32(0), seeds, evals)
 
 
-def compiled_step(program: AtariProgram, env_step: Callable) -> Callable:
-    """``step((env, seeds), t) -> ((env, seeds), StepLog)`` for :func:`run_scan`."""
+def compiled_step(program: AtariProgram, pools: Sequence[tuple[EnvCarry, Callable]],
+                  devices: Sequence[Any]) -> tuple[EnvCarry, Callable]:
+    """One iteration of every seed, ``step((env, seeds), t) -> ((env, seeds), StepLog)`` for
+    :func:`run_scan`, with the seeds spread over ``devices`` (one device included).
 
-    def step(c: tuple[EnvCarry, SeedCarry], t: Array) -> tuple[tuple, StepLog]:
-        del t
-        env, seeds = c
-        seeds, actions, k_observe = program.act(seeds)
-        env, out = env_step(env, actions.reshape(-1))
-        seeds, log = program.observe(seeds, actions, k_observe, out)
-        return (env, seeds), log
-
-    return step
-
-
-def sharded_step(program: AtariProgram, pools: list[tuple[EnvCarry, Callable]],
-                 devices: Sequence[Any]) -> tuple[EnvCarry, Callable]:
-    """The iteration of :func:`compiled_step` with the seeds spread over ``devices``.
-
-    ``program`` is one device's block of seeds; ``pools`` holds one ``(carry, step)`` XLA face
-    per device (:meth:`hyperx.envs.atari.AtariEnv.xla`). A backend's step is bound to its own
-    emulators at trace time, so every device's program holds all the steps and a
-    ``lax.switch`` on the device's position in the mesh runs its own pool's. Returns the env
-    carries stacked on a leading device axis (sharded) and ``step`` for :func:`run_scan`, a
-    ``jax.shard_map`` over the 1-D mesh ``"runs"`` whose seed-axis outputs are concatenated
-    over devices in order.
+    ``pools`` holds one ``(carry, step)`` XLA face per device
+    (:meth:`hyperx.envs.atari.AtariEnv.xla`). A backend's step is an XLA custom call bound to
+    its own emulators at trace time, so XLA cannot partition it: each device runs its block of
+    seeds against its own pool in one ``jax.shard_map`` over the 1-D mesh ``"runs"``, where a
+    ``lax.switch`` on the device's position picks its pool's step (with one pool the switch
+    is the step itself). Per device and iteration, ``act`` picks the block's actions, the pool
+    steps, and ``observe`` stores and learns. Returns the env carries stacked on a leading
+    device axis (sharded like the seeds by :func:`hyperx.loop.shard_leading_axis`) and
+    ``step``, whose seed-axis outputs are concatenated over devices in order.
     """
     carries, steps = zip(*pools, strict=True)
     env_carry = shard_leading_axis(jax.tree.map(lambda *xs: jnp.stack(xs), *carries), devices)
 
-    def own_pool(c: EnvCarry, actions: Array) -> tuple[EnvCarry, AtariStep]:
-        return jax.lax.switch(jax.lax.axis_index("runs"), steps, c, actions)
-
-    local = compiled_step(program, own_pool)
-
     def body(env: EnvCarry, seeds: SeedCarry, t: Array) -> tuple[tuple, StepLog]:
-        (env, seeds), log = local((jax.tree.map(lambda x: x[0], env), seeds), t)
-        return (jax.tree.map(lambda x: x[None], env), seeds), log
+        del t
+        seeds, actions, k_observe = program.act(seeds)
+        own, out = jax.lax.switch(jax.lax.axis_index("runs"), steps,
+                                  jax.tree.map(lambda x: x[0], env), actions.reshape(-1))
+        seeds, log = program.observe(seeds, actions, k_observe, out)
+        return (jax.tree.map(lambda x: x[None], own), seeds), log
 
-    mesh = Mesh(np.asarray(list(devices)), ("runs",))
     runs = PartitionSpec("runs")
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=(runs, runs, PartitionSpec()),
+    mapped = jax.shard_map(body, mesh=Mesh(np.asarray(list(devices)), ("runs",)),
+                           in_specs=(runs, runs, PartitionSpec()),
                            out_specs=((runs, runs), runs), check_vma=False)
 
     def step(c: tuple[EnvCarry, SeedCarry], t: Array) -> tuple[tuple, StepLog]:
@@ -441,7 +440,8 @@ def train_atari(
         result).
       devices: spread the seeds over these devices (``seeds`` a multiple of their number):
         each device runs its block of seeds against its own pool of games in one
-        ``shard_map`` (:func:`sharded_step`); default: everything on the default device.
+        ``shard_map`` (:func:`compiled_step`); default: the first local device, the same
+        program over a mesh of one.
         With envpool, game ``i`` of a pool is seeded ``seed + i``, so the pools are seeded to
         continue one another and a sharded run plays the same games as an unsharded one.
 
@@ -455,14 +455,14 @@ def train_atari(
     check_positive("eval_max_steps", eval_max_steps)
     schedule = run_schedule(steps, envs_per_seed, eval_every, chunk_steps, eval_at_start)
     iterations, eval_iters, every = schedule.iterations, schedule.eval_iters, schedule.chunk_iters
-    devices = None if devices is None else list(devices)
-    num_devices = 1 if devices is None else len(devices)
-    check_positive("devices", num_devices)
-    if seeds % num_devices:
-        raise ValueError(f"seeds: expected a multiple of the {num_devices} devices, got {seeds}")
     if host_loop and devices is not None:
         raise ValueError("devices: the host loop (host_loop=True) runs on one device; "
                          "drop devices or host_loop")
+    devices = jax.local_devices()[:1] if devices is None else list(devices)
+    num_devices = len(devices)
+    check_positive("devices", num_devices)
+    if seeds % num_devices:
+        raise ValueError(f"seeds: expected a multiple of the {num_devices} devices, got {seeds}")
     local_games = seeds // num_devices * envs_per_seed
 
     def evaluate_now(carry: AtariCarry) -> tuple[AtariCarry, np.ndarray]:
@@ -485,18 +485,11 @@ def train_atari(
         if host_loop:
             env_carry = None
             first_obs, _ = env.reset()
-        elif devices is None:
-            env_carry, env_step = env.xla()
-            first_obs = env.first_obs
-            step_fn = compiled_step(program, env_step)
         else:
-            local = make_program(config, env.num_actions, seeds // num_devices, envs_per_seed,
-                                 iterations, PAD[backend])
-            env_carry, step_fn = sharded_step(local, [e.xla() for e in envs], devices)
+            env_carry, step_fn = compiled_step(program, [e.xla() for e in envs], devices)
             first_obs = np.concatenate([e.first_obs for e in envs])
         carry = initial_carry(program, first_obs, seed, schedule.num_evals)
-        if devices is not None:
-            carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
+        carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
         manager = None
         episodes: list[dict] = []
         if checkpoint_dir is not None:
@@ -510,8 +503,7 @@ def train_atari(
             restored = manager.restore_latest(carry)
             if restored is not carry:
                 carry = _resumed(restored, first_obs)
-                if devices is not None:
-                    carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
+                carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
                 episodes = saved_games(checkpoint_dir, int(carry.t) * envs_per_seed)
         eval_env = resources.enter_context(contextlib.closing(make_atari(
             game, backend=backend, num_envs=seeds * eval_episodes, seed=seed + EVAL_SEED,

@@ -407,9 +407,10 @@ def test_a_step_that_does_not_learn_copies_no_parameters():
                                 jnp.zeros(1, jnp.int32))
 
     def optimised_hlo() -> str:
-        scan = loop.scan_program(compiled_step(program, fake_env), 8)
-        carry = (jnp.int32(0), program.init(jax.random.PRNGKey(0)[None],
-                                            jnp.zeros((1, *OBS_SHAPE), jnp.uint8)))
+        env, step = compiled_step(program, [(jnp.int32(0), fake_env)], jax.devices()[:1])
+        scan = loop.scan_program(step, 8)
+        carry = (env, program.init(jax.random.PRNGKey(0)[None],
+                                   jnp.zeros((1, *OBS_SHAPE), jnp.uint8)))
         return scan.run_chunk.lower(carry, jnp.int32(0)).compile().as_text()
 
     hlo = optimised_hlo()

@@ -296,10 +296,13 @@ def init(spec: ReplaySpec, capacity: int, example: PyTree) -> ReplayState:
         if shape != ():
             raise ValueError(f"example_transition.{name}: expected shape (), got {shape}")
     shape = (spec.num_streams, per_stream)
-    check_memory(f"capacity {capacity}", sum(
-        per_stream * spec.num_streams * np.prod(np.shape(x), dtype=np.int64)
-        * jnp.result_type(x).itemsize for x in jax.tree.leaves(example)),
-        device_memory_bytes(), "device memory for the replay's slots")
+    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(example)):
+        # a concrete init; a traced one (a trainer's jitted or abstract init) is estimated by
+        # its caller, with the sizes named in the caller's words
+        check_memory(f"capacity {capacity}", sum(
+            per_stream * spec.num_streams * np.prod(np.shape(x), dtype=np.int64)
+            * jnp.result_type(x).itemsize for x in jax.tree.leaves(example)),
+            device_memory_bytes(), "device memory for the replay's slots")
     data = jax.tree.map(lambda x: jnp.zeros(shape + np.shape(x), jnp.result_type(x)), example)
     streams = jnp.zeros((spec.num_streams,), jnp.int32)
     return ReplayState(data, streams, streams, jnp.zeros((), jnp.int32), streams)

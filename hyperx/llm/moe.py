@@ -44,8 +44,16 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
 
-from hyperx._validation import check_choice, check_int, check_positive
+from hyperx._validation import (
+    check_choice,
+    check_flag,
+    check_index,
+    check_int,
+    check_positive,
+)
 
 ROUTINGS = ("top_k", "soft")
 GATES = ("renormalised", "unnormalised")
@@ -63,6 +71,9 @@ class MoEConfig:
         (the full softmax's values at the selected experts).
       temperature: soft routing's softmax temperature (> 0).
       expert_hidden: hidden width of each SwiGLU expert.
+      checked: check replayed experts (:func:`route`) under ``jit`` too, with ``checkify``
+        (run the jitted function under ``hyperx._validation.checked``); concrete replays are
+        always checked.
     """
 
     num_experts: int = 4
@@ -71,6 +82,7 @@ class MoEConfig:
     gates: str = "renormalised"
     temperature: float = 1.0
     expert_hidden: int = 64
+    checked: bool = False
 
     def __post_init__(self) -> None:
         check_int("num_experts", self.num_experts)
@@ -79,6 +91,34 @@ class MoEConfig:
         check_choice("gates", self.gates, GATES)
         check_positive("temperature", self.temperature)
         check_int("expert_hidden", self.expert_hidden)
+        check_flag("checked", self.checked)
+
+
+def check_num_experts(name: str, x: jax.Array, num_experts: int) -> None:
+    """``ValueError`` naming ``name`` unless its last axis holds ``num_experts`` experts."""
+    if x.shape[-1:] != (num_experts,):
+        raise ValueError(f"{name}: expected a last axis of num_experts = {num_experts} experts, "
+                         f"got shape {x.shape}")
+
+
+def check_experts(name: str, experts: jax.Array, num_experts: int, *,
+                  checked: bool = False) -> None:
+    """A replayed selection ``[..., K]``: integers in ``[0, E)``, ``K`` distinct per token.
+
+    An index outside ``[0, E)`` gathers a NaN router logit (its gate is NaN and spreads through
+    the block), a repeated one counts an expert twice. Concrete ``experts``: ``ValueError``
+    naming ``name``; traced: a ``checkify.check`` when ``checked``.
+    """
+    check_index(name, experts, num_experts, checked=checked)
+    message = f"{name}: expected {experts.shape[-1]} distinct experts per token"
+    if not isinstance(experts, jax.core.Tracer):
+        values = np.sort(np.asarray(experts), axis=-1)
+        repeated = np.argwhere(np.any(values[..., 1:] == values[..., :-1], axis=-1))
+        if repeated.size:
+            raise ValueError(f"{message}, got a repeated expert at token {repeated[0].tolist()}")
+    elif checked:
+        values = jnp.sort(experts, axis=-1)
+        checkify.check(jnp.all(values[..., 1:] != values[..., :-1]), message)
 
 
 def route(logits: jax.Array, config: MoEConfig,
@@ -88,10 +128,13 @@ def route(logits: jax.Array, config: MoEConfig,
 
     ``experts [..., K]`` replays a recorded selection (routing replay): the gates are computed
     from the current logits at those experts, so the router keeps its gradient, but the set is
-    not re-chosen (ignored for soft routing, which selects nothing).
+    not re-chosen (ignored for soft routing, which selects nothing). A replay must hold ``K``
+    distinct integers in ``[0, E)`` per token (:func:`check_experts`; ``config.checked`` for
+    traced replays), and ``logits`` ``E = config.num_experts`` experts.
     """
-    logits = logits.astype(jnp.float32)
     e = config.num_experts
+    check_num_experts("logits", logits, e)
+    logits = logits.astype(jnp.float32)
     if config.routing == "soft":
         experts = jnp.broadcast_to(jnp.arange(e), logits.shape)
         return jax.nn.softmax(logits / config.temperature, axis=-1), experts
@@ -101,6 +144,7 @@ def route(logits: jax.Array, config: MoEConfig,
         if experts.shape != (*logits.shape[:-1], config.top_k):
             raise ValueError(f"experts: expected shape {(*logits.shape[:-1], config.top_k)} "
                              f"(the recorded top-{config.top_k} per token), got {experts.shape}")
+        check_experts("experts", experts, e, checked=config.checked)
         experts = experts.astype(jnp.int32)
         top = jnp.take_along_axis(logits, experts, axis=-1)
     selected = jax.nn.one_hot(experts, e, dtype=jnp.float32).sum(-2)  # [..., E] in {0, 1}
@@ -121,6 +165,8 @@ def load_balance_loss(router_probs: jax.Array, experts: jax.Array, num_experts: 
     mean router probability of ``e``; both over the tokens where ``mask`` (``[...]``) is true.
     It is 1 when routing is uniform and grows to ``E`` as it collapses onto one expert.
     """
+    check_num_experts("router_probs", router_probs, num_experts)
+    check_index("experts", experts, num_experts)
     shape = router_probs.shape[:-1]
     w = jnp.ones(shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
     n = jnp.maximum(jnp.sum(w), 1.0)
@@ -170,6 +216,7 @@ def routing_diagnostics(*, experts_a: jax.Array, experts_b: jax.Array, num_exper
       ``value_held``, its mean over the flipped and over the held tokens (0 where there are
       none).
     """
+    check_index("experts_a", experts_a, num_experts)
     flips = routing_flips(experts_a=experts_a, experts_b=experts_b).astype(jnp.float32)
     w = _weights(flips.shape, mask)
     n = jnp.maximum(jnp.sum(w), 1.0)

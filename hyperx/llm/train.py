@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -84,10 +85,10 @@ from hyperx.llm.transformer import Transformer
 
 __all__ = ["ADVANTAGES", "CORRECTIONS", "Batch", "ObjectiveConfig", "RLConfig", "Rollout",
            "Scores", "TrainState", "Trainer", "advance_key", "batch_memory_bytes",
-           "cast_params", "compare", "correction_preset", "evaluate", "group_advantages",
-           "last_token_rewards", "make_optimizer", "make_policy", "make_trainer",
-           "param_memory_bytes", "policy_module", "supervised_warmup", "train",
-           "transformer_lms"]
+           "cast_params", "compare", "corrected_group_advantages", "correction_preset",
+           "evaluate", "group_advantages", "last_token_rewards", "make_optimizer",
+           "make_policy", "make_trainer", "param_memory_bytes", "policy_module",
+           "supervised_warmup", "train", "transformer_lms"]
 
 ADVANTAGES = ("grpo", "dr_grpo", "rloo", "otb")
 ROUTING_REPLAYS = ("none", "r2", "r3")
@@ -128,7 +129,8 @@ class RLConfig:
 
     Attributes:
       prompts_per_step: ``G`` prompts per batch.
-      group_size: ``N`` responses per prompt (batch ``B = G N``).
+      group_size: ``N >= 2`` responses per prompt (batch ``B = G N``); every advantage is
+        group-relative, so a one-response group's is identically 0 (an error).
       learning_rate: Adam step size (``ppo_epochs`` steps per batch).
       advantage: one of ``ADVANTAGES``.
       correction: a :class:`CorrectionConfig` (see :data:`CORRECTIONS` for named ones).
@@ -195,6 +197,11 @@ class RLConfig:
         check_positive("router_entropy_coef", self.router_entropy_coef, allow_zero=True)
         if self.max_grad_norm is not None:
             check_positive("max_grad_norm", self.max_grad_norm)
+        if self.group_size == 1:
+            raise ValueError(
+                f"group_size: expected >= 2 with advantage={self.advantage!r}, got 1 (a "
+                f"group-relative advantage of a one-response group is identically 0: the run "
+                f"would not learn)")
         if not isinstance(self.correction, CorrectionConfig):
             raise TypeError("correction: expected a CorrectionConfig (see correction_preset)")
         if not isinstance(self.objective, ObjectiveConfig):
@@ -421,12 +428,23 @@ def group_advantages(kind: str, rewards: jax.Array, mask: jax.Array, group_size:
                      is_weights: jax.Array | None = None) -> jax.Array:
     """Per-token advantages ``[B, T]`` of contiguous groups of ``group_size`` responses.
 
-    ``grpo``: ``(r - mean_g r) / (std_g r + eps)``; ``dr_grpo``: ``r - mean_g r``; ``rloo``:
-    leave-one-out mean; ``otb``: ``G_t - B*_t`` with the logit-gradient energy from
-    ``old_log_prob`` and ``sum_sq`` (times ``is_weights^2`` when given). A group whose rewards
-    are all equal, or whose responses are all masked, gets advantage 0: such a group carries
-    no learning signal, and without this rule OTB's zero-tail baseline (``B*_t = 0`` where one
-    response is alive) would pay the longest response's tail its full return.
+    Every baseline runs over the KEPT responses of a group only, ``S_g = {i : sum_t m_it > 0}``
+    with ``n = |S_g|`` (pass the mask after rollout rejection: a rejected response, all-zero
+    row, leaves its siblings' baselines and gets advantage 0; verl PR #6375 / #6452):
+
+    * ``grpo``: ``(r_i - mean_{S_g} r) / (std_{S_g} r + eps)``, std with ``n - 1`` (Shao et
+      al. 2024, arXiv:2402.03300);
+    * ``dr_grpo``: ``r_i - mean_{S_g} r`` (arXiv:2503.20783);
+    * ``rloo``: ``r_i - (1/(n-1)) sum_{j in S_g, j != i} r_j`` (Ahmadian et al. 2024,
+      arXiv:2402.14740);
+    * ``otb``: ``G_t - B*_t``, ``B*_t = sum_{i in S_g} G^i_t W^i_t / sum_{i in S_g} W^i_t``,
+      the energy ``W`` from ``old_log_prob`` and ``sum_sq`` (times ``is_weights^2`` when
+      given; arXiv:2602.07078).
+
+    A group whose rewards are all equal, or whose responses are all masked, gets advantage 0:
+    such a group carries no learning signal, and without this rule OTB's zero-tail baseline
+    (``B*_t = 0`` where one response is alive) would pay the longest response's tail its full
+    return.
     """
     check_choice("advantage", kind, ADVANTAGES)
     b, t = mask.shape
@@ -453,6 +471,41 @@ def group_advantages(kind: str, rewards: jax.Array, mask: jax.Array, group_size:
     lo = jnp.min(jnp.where(valid, r, jnp.inf), axis=1)
     signal = jnp.any(valid, axis=1) & (hi > lo)
     return jnp.where(signal[:, None, None], adv, 0.0).reshape(b, t)
+
+
+def corrected_group_advantages(config: RLConfig, *, rewards: jax.Array,
+                               response_mask: jax.Array, old_log_prob: jax.Array,
+                               rollout_log_prob: jax.Array, sum_sq: jax.Array,
+                               rollout_logits: jax.Array | None = None,
+                               old_logits: jax.Array | None = None) -> jax.Array:
+    """The trainer's advantages ``[B, T]``: :func:`group_advantages` over the responses that
+    ``config.correction`` keeps.
+
+    A response whose every token the rollout correction rejects leaves its group's baseline
+    (mean, std, leave-one-out mean, OTB's ``B*_t``) and gets advantage 0: the baselines see the
+    response mask ``m_it 1[exists s: keep_is]``, so the accepted siblings' advantages are those
+    of a group without it (verl PR #6375 / #6452: a rejected row still in its GRPO group gave
+    its accepted sibling ``-49.5`` instead of ``1.0``). The rejection is evaluated at
+    ``pi_old`` (``old_log_prob``; in bypass mode ``pi_theta = pi_old`` before the first step).
+    OTB's energy takes the correction weights when ``config.otb_is_weights``. Arguments as
+    :func:`hyperx.llm.corrections.rollout_correction`'s; ``rewards`` ``[B]``, ``sum_sq``
+    ``[B, T]``.
+    """
+    correction = config.correction
+    rejects = bool(correction.rejections) or correction.trm_kl is not None
+    otb_weights = (config.advantage == "otb" and config.otb_is_weights
+                   and correction.weights != "none")
+    mask, is_weights = response_mask, None
+    if rejects or otb_weights:
+        corr = rollout_correction(correction, old_log_prob=old_log_prob,
+                                  rollout_log_prob=rollout_log_prob, response_mask=mask,
+                                  rollout_logits=rollout_logits, old_logits=old_logits)
+        is_weights = corr.weights if otb_weights else None
+        if rejects:
+            kept = jnp.any(corr.mask > 0, axis=-1, keepdims=True)
+            mask = jnp.where(kept, mask, jnp.zeros_like(mask))
+    return group_advantages(config.advantage, rewards, mask, config.group_size,
+                            old_log_prob=old_log_prob, sum_sq=sum_sq, is_weights=is_weights)
 
 
 def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
@@ -557,16 +610,10 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         return loss, {**out.metrics, "load_balance_loss": balance, "router_entropy": entropy}
 
     def advantages(batch: Batch, scores: Scores) -> jax.Array:
-        is_weights = None
-        if (config.advantage == "otb" and config.otb_is_weights
-                and config.correction.weights != "none"):
-            is_weights = rollout_correction(
-                config.correction, old_log_prob=scores.old_log_prob,
-                rollout_log_prob=batch.rollout.log_probs, response_mask=batch.rollout.mask,
-                **trm_inputs(batch, scores)).weights
-        return group_advantages(config.advantage, scores.rewards, batch.rollout.mask, n,
-                                old_log_prob=scores.old_log_prob, sum_sq=scores.sum_sq,
-                                is_weights=is_weights)
+        return corrected_group_advantages(
+            config, rewards=scores.rewards, response_mask=batch.rollout.mask,
+            old_log_prob=scores.old_log_prob, rollout_log_prob=batch.rollout.log_probs,
+            sum_sq=scores.sum_sq, **trm_inputs(batch, scores))
 
     @jax.jit
     def objective(params, batch: Batch, scores: Scores):
@@ -735,7 +782,9 @@ def train(trainer: Trainer, state: TrainState, key: jax.Array, steps: int, *,
     while fewer updates exist); the versions in between travel in ``state.lagged``, so
     ``train(..., a)`` then ``train(..., b)`` samples as ``train(..., a + b)`` would. With
     ``timed`` each step also logs ``time_sample_s``, ``time_score_s`` and ``time_update_s``
-    (each part blocked until ready). Returns the final state and one dict of floats per step.
+    (each part blocked until ready). A step whose rollout correction rejects every token
+    (metric ``fully_masked = 1``: zero loss and gradient) warns, one line naming the step.
+    Returns the final state and one dict of floats per step.
     """
     check_positive("steps", steps, allow_zero=True)
     lagged = collections.deque([*state.lagged, state.params], maxlen=trainer.config.lag + 1)
@@ -757,6 +806,10 @@ def train(trainer: Trainer, state: TrainState, key: jax.Array, steps: int, *,
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         t3 = time.perf_counter()
         lagged.append(state.params)
+        if metrics.get("fully_masked", 0.0) == 1.0:
+            warnings.warn(f"correction: step {i + 1} rejected every token (fully_masked = 1): "
+                          f"its loss and gradient are 0; loosen the rejection bounds",
+                          stacklevel=2)
         tokens += metrics["tokens"]
         metrics.update(step=float(i + 1), tokens_total=tokens)
         if timed:

@@ -108,7 +108,8 @@ def check_int(name: str, value, low: int = 1, high: int = INT32_MAX) -> None:
         raise ValueError(f"{name}: expected an integer in [{low}, {high}]{why}, got {value}")
 
 
-def _concrete(x) -> bool:
+def is_concrete(x) -> bool:
+    """True unless ``x`` is traced (inside ``jit``, ``vmap`` or ``scan``): its values are known."""
     return not isinstance(x, jax.core.Tracer)
 
 
@@ -119,7 +120,7 @@ def check_finite(name: str, x, *, checked: bool = False) -> None:
     ``checkify.check`` is added and the caller's function must be run under :func:`checked`.
     """
     message = f"{name}: expected finite values, got NaN or inf"
-    if _concrete(x):
+    if is_concrete(x):
         values = np.asarray(x)
         if (np.issubdtype(values.dtype, np.floating)
                 and not np.all(np.isfinite(values))):
@@ -129,17 +130,46 @@ def check_finite(name: str, x, *, checked: bool = False) -> None:
         checkify.check(jnp.all(jnp.isfinite(x)), message)
 
 
-def check_index(name: str, x, num: int, *, checked: bool = False) -> None:
-    """Raise ``ValueError`` unless every entry of the concrete integer ``x`` is in [0, num);
-    on a traced ``x``, a ``checkify.check`` when ``checked`` (see :func:`check_finite`)."""
-    message = f"{name}: expected integers in [0, {num - 1}]"
-    if _concrete(x):
+def check_index(name: str, x, num: int | None, *, checked: bool = False) -> None:
+    """Raise ``ValueError`` unless every entry of the concrete integer ``x`` is in [0, num)
+    (``num=None``: >= 0); on a traced ``x``, a ``checkify.check`` when ``checked`` (see
+    :func:`check_finite`)."""
+    high = INT32_MAX if num is None else num
+    message = (f"{name}: expected integers >= 0" if num is None
+               else f"{name}: expected integers in [0, {num - 1}]")
+    if is_concrete(x):
         values = np.asarray(x)
-        if values.size and (values.min() < 0 or values.max() >= num):
-            bad = values[(values < 0) | (values >= num)].flat[0]
+        if values.size and (values.min() < 0 or values.max() >= high):
+            bad = values[(values < 0) | (values >= high)].flat[0]
             raise ValueError(f"{message}, got {bad}")
     elif checked:
-        checkify.check(jnp.all((x >= 0) & (x < num)), f"{message}")
+        checkify.check(jnp.all((x >= 0) & (x < high)), f"{message}")
+
+
+def check_values_in(name: str, x, low: float | None = None, high: float | None = None, *,
+                    checked: bool = False) -> None:
+    """Raise ``ValueError`` unless every entry of the concrete ``x`` is in ``[low, high]``
+    (``None``: unbounded on that side), naming the first one outside; on a traced ``x``, a
+    ``checkify.check`` when ``checked`` (see :func:`check_finite`)."""
+    bounds = (f"in [{low:g}, {high:g}]" if low is not None and high is not None
+              else f">= {low:g}" if low is not None else f"<= {high:g}")
+    message = f"{name}: expected values {bounds}"
+    if is_concrete(x):
+        values = np.asarray(x)
+        outside = np.zeros(values.shape, bool)
+        if low is not None:
+            outside |= values < low
+        if high is not None:
+            outside |= values > high
+        if outside.any():
+            raise ValueError(f"{message}, got {values[outside].flat[0]:g}")
+    elif checked:
+        inside = jnp.ones(jnp.shape(x), bool)
+        if low is not None:
+            inside &= x >= low
+        if high is not None:
+            inside &= x <= high
+        checkify.check(jnp.all(inside), message)
 
 
 def checked(fn: Callable) -> Callable:
@@ -249,7 +279,7 @@ def check_finite_where(name: str, x, where, *, checked: bool = False) -> None:
     tokens of a response: padding may hold ``-inf`` log-probs). ``where=None`` checks all."""
     if where is None:
         check_finite(name, x, checked=checked)
-    elif checked or (_concrete(x) and _concrete(where)):
+    elif checked or (is_concrete(x) and is_concrete(where)):
         check_finite(name, jnp.where(where, x, 0), checked=checked)
 
 
@@ -262,7 +292,7 @@ def check_log_prob_where(name: str, x, where=None, *, checked: bool = False) -> 
     above 0 (a probability above 1: logits, or a sign error, passed as log-probs); traced: a
     ``checkify.check`` when ``checked`` (see :func:`check_finite`)."""
     message = f"{name}: expected log-probabilities <= 0 (probabilities <= 1)"
-    if _concrete(x) and (where is None or _concrete(where)):
+    if is_concrete(x) and (where is None or is_concrete(where)):
         values = np.asarray(x)
         if where is not None:
             values = np.where(np.asarray(where), values, 0.0)
@@ -279,7 +309,7 @@ def check_mask_values(name: str, mask, *, checked: bool = False) -> None:
     non-negative token weights); traced: a ``checkify.check`` when ``checked``."""
     check_finite(name, mask, checked=checked)
     message = f"{name}: expected values >= 0 (0/1 or non-negative token weights)"
-    if _concrete(mask):
+    if is_concrete(mask):
         values = np.asarray(mask)
         if values.size and values.min() < 0:
             raise ValueError(f"{message}, got {values.min()}")

@@ -14,7 +14,9 @@ any learner into one that learns every ``B`` rounds (batched / delayed feedback)
 :func:`hyperx.lockstep.lockstep_cond` is the conditional that learners use for such
 schedules: unlike ``lax.cond``, it stays a branch when the learner is vmapped over seeds.
 :func:`check_positive` (``check_positive("scale", scale)``: a one-line ``ValueError`` unless the
-value is finite and > 0) is the check learners run on their knobs when they are built.
+value is finite and > 0) is the check learners run on their knobs when they are built;
+:func:`check_contexts` and :func:`check_feedback` are the checks every learner runs on what it
+is given (``act``'s arms, ``update``'s round), naming the argument.
 """
 
 from __future__ import annotations
@@ -24,8 +26,17 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from hyperx._validation import check_finite, check_rank, check_shape
+from hyperx._validation import (
+    check_finite,
+    check_index,
+    check_int,
+    check_integer,
+    check_rank,
+    check_shape,
+    check_values_in,
+)
 from hyperx._validation import check_positive as check_positive  # public: a learner's knob check
 from hyperx.lockstep import lockstep_cond
 
@@ -33,13 +44,42 @@ Array = jax.Array
 LearnerState = Any
 
 
-def check_feedback(context, reward) -> None:
-    """Raise ``ValueError`` naming ``context`` or ``reward`` when a concrete (host) value is
-    NaN or inf. Traced values (inside ``jit``/``scan``) are not checked: there a non-finite
-    reward propagates into the learner's state (see :func:`hyperx.checked` for a checked run).
+def check_contexts(contexts, dim: int | None = None, *, checked: bool = False) -> None:
+    """Raise ``ValueError`` naming ``contexts`` unless they are ``(K, d)`` arm features
+    (``d = dim`` when given) holding no NaN or inf (values checked where concrete; traced, a
+    ``checkify`` check when ``checked``, run under :func:`hyperx.checked`)."""
+    check_shape("contexts", contexts, (None, dim), "(K, d)")
+    check_finite("contexts", contexts, checked=checked)
+
+
+def check_feedback(context, arm, reward, *, num_arms: int | None = None,
+                   reward_range: tuple[float, float] | None = None, batch: bool = False,
+                   checked: bool = False) -> None:
+    """Raise naming the argument unless one round's feedback is well formed: ``context`` (d,)
+    finite, ``arm`` an integer scalar in ``[0, num_arms)`` (``>= 0`` when the learner does not
+    know K), ``reward`` a finite scalar inside ``reward_range`` (the reward family's support,
+    e.g. ``(0, 1)`` for Bernoulli rewards; ``None``: any real). With ``batch``, B rounds:
+    ``contexts (B, d)``, ``arms (B,)``, ``rewards (B,)``.
+
+    Ranks and dtypes are static checks; values are checked where concrete (host calls).
+    Traced values (inside ``jit``/``scan``) are checked only with ``checked`` (run under
+    :func:`hyperx.checked`): otherwise a non-finite reward propagates into the learner's state.
     """
-    check_finite("context", context)
-    check_finite("reward", reward)
+    names = ("contexts", "arms", "rewards") if batch else ("context", "arm", "reward")
+    check_rank(names[0], context, 2 if batch else 1)
+    check_rank(names[1], arm, 1 if batch else 0)
+    check_integer(names[1], arm)
+    if batch:
+        rounds = np.shape(context)[0]
+        check_shape(names[1], arm, (rounds,), "(B,)")
+        check_shape(names[2], reward, (rounds,), "(B,)")
+    else:
+        check_rank(names[2], reward, 0)
+    check_finite(names[0], context, checked=checked)
+    check_index(names[1], arm, num_arms, checked=checked)
+    check_finite(names[2], reward, checked=checked)
+    if reward_range is not None:
+        check_values_in(names[2], reward, *reward_range, checked=checked)
 
 
 class BanditSpec(NamedTuple):
@@ -63,7 +103,7 @@ class BanditSpec(NamedTuple):
     @classmethod
     def from_env(cls, env: Any, horizon: int) -> BanditSpec:
         """The spec of a ``hyperx.envs.bandits.BanditEnv`` run for ``horizon`` rounds."""
-        check_positive("horizon", horizon)
+        check_int("horizon", horizon)
         return cls(env.num_arms, env.context_dim, horizon, env.fixed_arms)
 
 
@@ -155,7 +195,7 @@ def delayed(learner: Learner, batch_size: int) -> Learner:
     (or ``batch_size`` sequential updates when it has none) folds them in at once. A trailing
     partial batch at the end of the horizon is never folded in (it could not change any action).
     """
-    check_positive("batch_size", batch_size)
+    check_int("batch_size", batch_size)
     flush = learner.update_batch or sequential_update_batch(learner)
 
     def init(key: Array, spec: BanditSpec) -> DelayedState:
@@ -173,7 +213,7 @@ def delayed(learner: Learner, batch_size: int) -> Learner:
     def update(state: DelayedState, key: Array, context: Array, arm: Array,
                reward: Array) -> DelayedState:
         check_shape("context", context, (state.contexts.shape[1],), "(d,)")
-        check_feedback(context, reward)
+        check_feedback(context, arm, reward)
         i = state.count
         state = state._replace(
             contexts=state.contexts.at[i].set(context),

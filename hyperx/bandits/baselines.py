@@ -27,8 +27,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from hyperx._validation import check_choice, check_index, check_positive, check_range, check_shape
-from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak, check_feedback
+from hyperx._validation import check_choice, check_positive, check_range, check_shape
+from hyperx.bandits.base import (
+    BanditSpec,
+    Learner,
+    argmax_random_tiebreak,
+    check_contexts,
+    check_feedback,
+)
 
 Array = jax.Array
 
@@ -46,10 +52,12 @@ def uniform_random() -> Learner:
 
     def act(state: UniformState, key: Array, contexts: Array) -> Array:
         del state
+        check_contexts(contexts)
         return argmax_random_tiebreak(key, jnp.zeros(contexts.shape[0], jnp.float32))
 
     def update(state, key, context, arm, reward) -> UniformState:
-        del key, context, arm, reward
+        del key
+        check_feedback(context, arm, reward)
         return state
 
     return Learner(init, act, update)
@@ -119,16 +127,17 @@ def epsilon_greedy(
 
         def act(state: PerArmState, key: Array, contexts: Array) -> Array:
             check_shape("contexts", contexts, (state.sums.shape[0], None), "(K, d)")
+            check_contexts(contexts)
             return choose(key, state.sums / (state.counts + ridge))
 
         def update(state, key, context, arm, reward) -> PerArmState:
             del key
-            check_feedback(context, reward)
-            check_index("arm", arm, state.sums.shape[0])
+            check_feedback(context, arm, reward, num_arms=state.sums.shape[0])
             return PerArmState(state.sums.at[arm].add(reward), state.counts.at[arm].add(1.0))
 
         def update_batch(state, key, contexts, arms, rewards) -> PerArmState:
-            del key, contexts
+            del key
+            check_feedback(contexts, arms, rewards, num_arms=state.sums.shape[0], batch=True)
             return PerArmState(state.sums.at[arms].add(rewards),
                                state.counts.at[arms].add(1.0))
 
@@ -140,18 +149,19 @@ def epsilon_greedy(
         return RidgeState(jnp.zeros(d, jnp.float32), jnp.eye(d, dtype=jnp.float32) / ridge)
 
     def act(state: RidgeState, key: Array, contexts: Array) -> Array:
-        check_shape("contexts", contexts, (None, state.theta.shape[0]), "(K, d)")
+        check_contexts(contexts, state.theta.shape[0])
         return choose(key, contexts @ state.theta)
 
     def update(state, key, context, arm, reward) -> RidgeState:
-        del key, arm
+        del key
         check_shape("context", context, state.theta.shape, "(d,)")
-        check_feedback(context, reward)
+        check_feedback(context, arm, reward)
         return _ridge_update(state, context, reward)
 
     def update_batch(state, key, contexts, arms, rewards) -> RidgeState:
-        del key, arms
+        del key
         check_shape("contexts", contexts, (None, state.theta.shape[0]), "(B, d)")
+        check_feedback(contexts, arms, rewards, batch=True)
         return _ridge_update_batch(state, contexts, rewards)
 
     return Learner(init, act, update, update_batch)

@@ -31,11 +31,14 @@ from hyperx.bandits.base import (
     BanditSpec,
     Learner,
     argmax_random_tiebreak,
+    check_contexts,
     check_feedback,
     sequential_update_batch,
 )
 
 Array = jax.Array
+BERNOULLI_SUPPORT = (0.0, 1.0)
+"""The rewards a logistic model explains: r in [0, 1] (a Bernoulli reward, or its mean)."""
 
 
 class LaplaceState(NamedTuple):
@@ -61,7 +64,8 @@ def logistic_ts(*, prior_var: float = 10.0) -> Learner:
 
     ``update`` is one Newton step (O(d^2)); ``update_batch`` is B sequential steps, since the
     Newton steps of a GLM do not combine into one exact block update. ``m' = m + Sigma' x (r-p)``
-    uses Sigma' x = Sigma x / (1 + h x^T Sigma x).
+    uses Sigma' x = Sigma x / (1 + h x^T Sigma x). A reward outside [0, 1], the support of
+    the model's Bernoulli rewards, given from the host raises ``ValueError`` naming it.
 
     Args:
       prior_var: prior variance of each coordinate of theta.
@@ -75,7 +79,7 @@ def logistic_ts(*, prior_var: float = 10.0) -> Learner:
                             math.sqrt(prior_var) * jnp.eye(dim, dtype=jnp.float32))
 
     def act(state: LaplaceState, key: Array, contexts: Array) -> Array:
-        check_shape("contexts", contexts, (None, state.mean.shape[0]), "(K, d)")
+        check_contexts(contexts, state.mean.shape[0])
         k_sample, k_tie = jax.random.split(key)
         z = jax.random.normal(k_sample, state.mean.shape, jnp.float32)
         theta = state.mean + state.sqrt_cov @ z
@@ -83,11 +87,18 @@ def logistic_ts(*, prior_var: float = 10.0) -> Learner:
 
     def update(state: LaplaceState, key: Array, context: Array, arm: Array,
                reward: Array) -> LaplaceState:
-        del key, arm
+        del key
         check_shape("context", context, state.mean.shape, "(d,)")
-        check_feedback(context, reward)
+        check_feedback(context, arm, reward, reward_range=BERNOULLI_SUPPORT)
         return laplace_step(state, jnp.asarray(context, jnp.float32),
                             jnp.asarray(reward, jnp.float32))
 
-    learner = Learner(init, act, update)
-    return learner._replace(update_batch=sequential_update_batch(learner))
+    sequential = sequential_update_batch(Learner(init, act, update))
+
+    def update_batch(state: LaplaceState, key: Array, contexts: Array, arms: Array,
+                     rewards: Array) -> LaplaceState:
+        check_shape("contexts", contexts, (None, state.mean.shape[0]), "(B, d)")
+        check_feedback(contexts, arms, rewards, reward_range=BERNOULLI_SUPPORT, batch=True)
+        return sequential(state, key, contexts, arms, rewards)
+
+    return Learner(init, act, update, update_batch)

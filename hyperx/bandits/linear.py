@@ -35,12 +35,17 @@ from hyperx import linear
 from hyperx._validation import (
     check_choice,
     check_flag,
-    check_index,
     check_int,
     check_positive,
     check_shape,
 )
-from hyperx.bandits.base import BanditSpec, Learner, argmax_random_tiebreak
+from hyperx.bandits.base import (
+    BanditSpec,
+    Learner,
+    argmax_random_tiebreak,
+    check_contexts,
+    check_feedback,
+)
 from hyperx.index import INDEX_NAMES
 
 Array = jax.Array
@@ -85,21 +90,22 @@ def _posterior_learner(make_model, *, noise_std: float, prior_var: float,
 
     def act(state: PosteriorLearnerState, key: Array, contexts: Array) -> Array:
         dim = state.posterior.mu.shape[0]
-        check_shape("contexts", contexts, (None, dim), "(K, d)")
+        check_contexts(contexts, dim, checked=checked)
         k_sample, k_tie = jax.random.split(key)
         theta = make_model(dim).sample(state.posterior, k_sample)
         return argmax_random_tiebreak(k_tie, contexts @ theta)
 
     def update(state: PosteriorLearnerState, key: Array, context: Array, arm: Array,
                reward: Array) -> PosteriorLearnerState:
-        check_index("arm", arm, state.arms.shape[0], checked=checked)
+        check_feedback(context, arm, reward, num_arms=state.arms.shape[0], checked=checked)
         post = make_model(state.posterior.mu.shape[0]).update(state.posterior, key, context,
                                                              reward)
         return state._replace(posterior=post)
 
     def update_batch(state: PosteriorLearnerState, key: Array, contexts: Array, arms: Array,
                      rewards: Array) -> PosteriorLearnerState:
-        check_index("arms", arms, state.arms.shape[0], checked=checked)
+        check_feedback(contexts, arms, rewards, num_arms=state.arms.shape[0], batch=True,
+                       checked=checked)
         post = make_model(state.posterior.mu.shape[0]).update_batch(state.posterior, key,
                                                                      contexts, rewards)
         return state._replace(posterior=post)
@@ -241,7 +247,7 @@ def linucb(alpha: float | None = None, *, confidence: str = "fixed", delta: floa
         return alpha * beta
 
     def act(state: LinUCBState, key: Array, contexts: Array) -> Array:
-        check_shape("contexts", contexts, (None, state.mu.shape[0]), "(K, d)")
+        check_contexts(contexts, state.mu.shape[0], checked=checked)
         if state.widths.shape[0]:
             check_shape("contexts", contexts, state.arm_cov.shape, "(K, d)")
             widths = state.widths
@@ -253,12 +259,13 @@ def linucb(alpha: float | None = None, *, confidence: str = "fixed", delta: floa
     def update(state: LinUCBState, key: Array, context: Array, arm: Array,
                reward: Array) -> LinUCBState:
         del key
+        check_feedback(context, arm, reward, num_arms=state.widths.shape[0] or None,
+                       checked=checked)
         mu, sigma = linear.gaussian_update(state.mu, state.sigma, context, reward,
                                            noise_std=noise_std, checked=checked)
         x = jnp.asarray(context, jnp.float32)
         arm_cov, widths = state.arm_cov, state.widths
         if widths.shape[0]:
-            check_index("arm", arm, widths.shape[0], checked=checked)
             v = arm_cov[arm]
             a = noise_var + x @ v
             cx = arm_cov @ x
@@ -271,8 +278,10 @@ def linucb(alpha: float | None = None, *, confidence: str = "fixed", delta: floa
 
     def update_batch(state: LinUCBState, key: Array, contexts: Array, arms: Array,
                      rewards: Array) -> LinUCBState:
-        del key, arms
+        del key
         check_shape("contexts", contexts, (None, state.mu.shape[0]), "(B, d)")
+        check_feedback(contexts, arms, rewards, num_arms=state.widths.shape[0] or None,
+                       batch=True, checked=checked)
         xs = jnp.asarray(contexts, jnp.float32)
         gain, sigma, chol, w = linear.woodbury_step(state.sigma, xs, noise_var)
         mu = state.mu + gain @ (rewards - xs @ state.mu)

@@ -42,7 +42,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hyperx._validation import check_choice, check_positive
+from hyperx._validation import check_choice, check_int, check_positive
 from hyperx.bandits.base import Learner
 from hyperx.bandits.neural_core import (
     Batch,
@@ -119,14 +119,12 @@ def _indexed_model(network: Network, act_index: IndexDistribution,
 
 
 def _check_common(index_dim: int, sigma: float, name: str = "index_dim") -> None:
-    if isinstance(index_dim, bool) or not isinstance(index_dim, int):
-        raise ValueError(f"{name}: expected a positive int, got {index_dim!r}")
-    check_positive(name, index_dim)
+    check_int(name, index_dim)
     check_positive("sigma", sigma, allow_zero=True)
 
 
 def _sampled(dist: IndexDistribution, num_indices: int) -> Callable[[Array], Array]:
-    check_positive("num_indices", num_indices)
+    check_int("num_indices", num_indices)
     return lambda key: dist.sample(key, (num_indices,))
 
 

@@ -32,6 +32,7 @@ from hyperx.bandits.base import (
     BanditSpec,
     Learner,
     argmax_random_tiebreak,
+    check_contexts,
     check_feedback,
 )
 from hyperx.heads import trainable_params, with_params
@@ -163,7 +164,7 @@ def make_neural_learner(model: NeuralModel, config: NeuralConfig) -> Learner:
         return state.replay.data["x"].shape[-1]
 
     def act(state: NeuralState, key: Array, contexts: Array) -> Array:
-        check_shape("contexts", contexts, (None, context_dim(state)), "(K, d)")
+        check_contexts(contexts, context_dim(state))
         k_score, k_tie = jax.random.split(key)
         scores = model.scores(state.variables, state.extra, k_score,
                               contexts.astype(jnp.float32))
@@ -188,10 +189,8 @@ def make_neural_learner(model: NeuralModel, config: NeuralConfig) -> Learner:
 
     def update(state: NeuralState, key: Array, context: Array, arm: Array,
                reward: Array) -> NeuralState:
-        del arm
         check_shape("context", context, (context_dim(state),), "(d,)")
-        check_shape("reward", reward, (), "()")
-        check_feedback(context, reward)
+        check_feedback(context, arm, reward)
         k_z, k_train = jax.random.split(key)
         context = context.astype(jnp.float32)
         z = make_index("sphere", model.perturbation_dim).sample(k_z)

@@ -9,10 +9,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from hyperx._validation import check_rank
+from hyperx._validation import (
+    check_finite,
+    check_index,
+    check_integer,
+    check_positive,
+    check_rank,
+    check_values_in,
+)
 
-__all__ = ["BanditEnv", "Round", "bernoulli_reward", "gaussian_reward"]
+__all__ = ["BanditEnv", "Round", "bernoulli_reward", "check_arm", "gaussian_reward"]
 
 Array = jax.Array
 EnvState = Any
@@ -48,19 +56,31 @@ class BanditEnv(NamedTuple):
     reward: Callable[[EnvState, Array, Round, Array], Array]
 
 
+def check_arm(round_: Round, arm) -> None:
+    """Raise naming ``arm`` unless it is an integer scalar, and (where concrete) one of the
+    round's ``K`` arms, ``[0, K)``: an index outside would be clamped silently by JAX."""
+    check_rank("arm", arm, 0)
+    check_integer("arm", arm)
+    check_index("arm", arm, np.shape(round_.expected_rewards)[0])
+
+
 def gaussian_reward(noise_std: float) -> Callable[[EnvState, Array, Round, Array], Array]:
     """The reward ``mu_arm + noise_std * N(0, 1)`` of the pulled arm."""
+    check_positive("noise_std", noise_std, allow_zero=True)
 
     def reward(env_state: EnvState, key: Array, round_: Round, arm: Array) -> Array:
         del env_state
-        check_rank("arm", arm, 0)
+        check_arm(round_, arm)
+        check_finite("round.expected_rewards", round_.expected_rewards)
         return round_.expected_rewards[arm] + noise_std * jax.random.normal(key, ())
 
     return reward
 
 
 def bernoulli_reward(env_state: EnvState, key: Array, round_: Round, arm: Array) -> Array:
-    """A Bernoulli(``mu_arm``) reward of the pulled arm, float32."""
+    """A Bernoulli(``mu_arm``) reward of the pulled arm, float32; means outside [0, 1] (not
+    probabilities) given from the host raise ``ValueError`` naming them."""
     del env_state
-    check_rank("arm", arm, 0)
+    check_arm(round_, arm)
+    check_values_in("round.expected_rewards", round_.expected_rewards, 0.0, 1.0)
     return jax.random.bernoulli(key, round_.expected_rewards[arm]).astype(jnp.float32)

@@ -188,3 +188,46 @@ def test_reward_rejects_a_non_scalar_arm():
     r = env.observe(state, jax.random.PRNGKey(1), jnp.int32(0))
     with pytest.raises(ValueError, match="arm"):
         env.reward(state, jax.random.PRNGKey(2), r, jnp.array([0, 1]))
+
+
+@pytest.mark.parametrize("name", ["russo", "logistic", "quadratic", "iris"])
+@pytest.mark.parametrize("arm", [-1, 4, 99])
+def test_reward_refuses_an_arm_outside_the_game(name, arm):
+    """JAX would clamp the index and return another arm's reward without a word."""
+    env = _env(name)
+    state = env.init(jax.random.PRNGKey(0))
+    r = env.observe(state, jax.random.PRNGKey(1), jnp.int32(0))
+    k = r.expected_rewards.shape[0]
+    arm = k if arm == 4 else arm
+    with pytest.raises(ValueError, match=rf"^arm: expected integers in \[0, {k - 1}\], got {arm}"):
+        env.reward(state, jax.random.PRNGKey(2), r, jnp.int32(arm))
+    with pytest.raises(TypeError, match="^arm: expected an integer dtype"):
+        env.reward(state, jax.random.PRNGKey(2), r, jnp.float32(1.0))
+    assert np.isfinite(env.reward(state, jax.random.PRNGKey(2), r, jnp.int32(k - 1)))
+
+
+def test_reward_draws_refuse_means_outside_their_family():
+    logistic, russo = _env("logistic"), _env("russo")
+    state = logistic.init(jax.random.PRNGKey(0))
+    r = logistic.observe(state, jax.random.PRNGKey(1), jnp.int32(0))
+    for mean in (1.5, -0.2):  # a Bernoulli mean is a probability
+        bad = r._replace(expected_rewards=r.expected_rewards.at[2].set(mean))
+        with pytest.raises(ValueError, match=rf"^round.expected_rewards: expected values in "
+                                             rf"\[0, 1\], got {mean:g}"):
+            logistic.reward(state, jax.random.PRNGKey(2), bad, jnp.int32(0))
+    state = russo.init(jax.random.PRNGKey(0))
+    r = russo.observe(state, jax.random.PRNGKey(1), jnp.int32(0))
+    bad = r._replace(expected_rewards=r.expected_rewards.at[0].set(jnp.nan))
+    with pytest.raises(ValueError, match="^round.expected_rewards: expected finite"):
+        russo.reward(state, jax.random.PRNGKey(2), bad, jnp.int32(1))
+    with pytest.raises(ValueError, match="^noise_std: expected a finite number"):
+        make_bandit_env("russo", dim=3, num_arms=2, noise_std=math.nan)
+
+
+def test_reward_draws_with_their_checks_trace_under_jit():
+    env = _env("russo")
+    state = env.init(jax.random.PRNGKey(0))
+    r = env.observe(state, jax.random.PRNGKey(1), jnp.int32(0))
+    draw = jax.jit(lambda a: env.reward(state, jax.random.PRNGKey(2), r, a))
+    np.testing.assert_allclose(draw(jnp.int32(2)), env.reward(state, jax.random.PRNGKey(2), r,
+                                                             jnp.int32(2)))

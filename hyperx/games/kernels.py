@@ -33,6 +33,7 @@ from hyperx._validation import (
     check_int,
     check_memory,
     check_positive,
+    check_range,
     host_memory_bytes,
 )
 
@@ -60,11 +61,35 @@ def kernel_matrix(kernel: RBF, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class Features(NamedTuple):
     """A feature map of joint actions: ``params = init(key)``; ``apply(params, a (..., N))``
-    returns ``(..., dim)`` float32 features with ``phi(a)^T phi(b) ~= k(a, b)``."""
+    returns ``(..., dim)`` float32 features with ``phi(a)^T phi(b) ~= k(a, b)``.
+    ``num_actions`` is the game it was built for (``None``: any game; the learners refuse a
+    map built for another game)."""
 
     dim: int
     init: Callable[[jax.Array], Any]
     apply: Callable[[Any, jax.Array], jax.Array]
+    num_actions: tuple[int, ...] | None = None
+
+
+def check_kernel(kernel: RBF) -> None:
+    """Raise naming ``kernel`` unless it is an :class:`RBF` with a positive lengthscale and
+    variance."""
+    if not isinstance(kernel, RBF):
+        raise TypeError(f"kernel: expected hyperx.games.RBF(lengthscale, variance), got "
+                        f"{type(kernel).__name__} {kernel!r}")
+    check_positive("kernel.lengthscale", kernel.lengthscale)
+    check_positive("kernel.variance", kernel.variance)
+
+
+def check_num_actions(num_actions: tuple[int, ...]) -> tuple[int, ...]:
+    """``num_actions`` as a tuple, or ``ValueError`` unless it is one action count >= 1 per
+    player, for at least one player."""
+    if not isinstance(num_actions, tuple | list) or not num_actions:
+        raise ValueError(f"num_actions: expected one action count per player, e.g. (3, 3), "
+                         f"got {num_actions!r}")
+    for i, k in enumerate(num_actions):
+        check_int(f"num_actions[{i}]", k)
+    return tuple(int(k) for k in num_actions)
 
 
 def eigen_features(num_actions: tuple[int, ...], kernel: RBF, *,
@@ -73,11 +98,12 @@ def eigen_features(num_actions: tuple[int, ...], kernel: RBF, *,
 
     ``phi(a) = V[r(a)] * sqrt(l)`` over the eigenpairs with ``l >= rel_tol * max(l)``, where
     ``r(a)`` is the C-order index of ``a``. The feature table is a constant of the learner
-    (``init`` returns ``None``), shared by every seed of a vmapped run.
+    (``init`` returns ``None``), shared by every seed of a vmapped run. ``rel_tol`` is in
+    (0, 1], so at least the largest eigenpair is kept.
     """
-    check_positive("kernel.lengthscale", kernel.lengthscale)
-    check_positive("kernel.variance", kernel.variance)
-    check_positive("rel_tol", rel_tol)
+    num_actions = check_num_actions(num_actions)
+    check_kernel(kernel)
+    check_range("rel_tol", rel_tol, 0.0, 1.0, open_low=True)
     outcomes = math.prod(num_actions)
     check_memory("num_actions", 24.0 * outcomes**2, host_memory_bytes(),
                  f"host memory for the {outcomes} x {outcomes} kernel matrix (use "
@@ -93,7 +119,7 @@ def eigen_features(num_actions: tuple[int, ...], kernel: RBF, *,
         del params
         return table[jnp.sum(actions * strides, axis=-1)]
 
-    return Features(int(keep.sum()), lambda key: None, apply)
+    return Features(int(keep.sum()), lambda key: None, apply, num_actions)
 
 
 def fourier_features(num_actions: tuple[int, ...], kernel: RBF, dim: int) -> Features:
@@ -102,8 +128,8 @@ def fourier_features(num_actions: tuple[int, ...], kernel: RBF, dim: int) -> Fea
     ``init(key)`` draws ``W (N, dim) ~ N(0, 1 / l^2)`` and ``b (dim,) ~ U[0, 2 pi)`` (per seed);
     ``phi(a) = sqrt(2 v / dim) cos(a W + b)``.
     """
-    check_positive("kernel.lengthscale", kernel.lengthscale)
-    check_positive("kernel.variance", kernel.variance)
+    num_actions = check_num_actions(num_actions)
+    check_kernel(kernel)
     check_int("dim", dim)
     n = len(num_actions)
     scale = math.sqrt(2.0 * kernel.variance / dim)
@@ -118,4 +144,4 @@ def fourier_features(num_actions: tuple[int, ...], kernel: RBF, dim: int) -> Fea
         w, b = params
         return scale * jnp.cos(actions.astype(jnp.float32) @ w + b)
 
-    return Features(dim, init, apply)
+    return Features(dim, init, apply, num_actions)

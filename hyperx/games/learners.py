@@ -46,8 +46,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_int, check_positive, check_range
-from hyperx.games.kernels import RBF, Features, eigen_features
+from hyperx._validation import (
+    check_finite,
+    check_int,
+    check_integer,
+    check_positive,
+    check_range,
+    check_shape,
+    is_concrete,
+)
+from hyperx.games.kernels import RBF, Features, check_num_actions, eigen_features
 from hyperx.linear import ensemble_pp_posterior, gaussian_update
 
 Array = jax.Array
@@ -135,11 +143,54 @@ class UCBState(NamedTuple):
 def _check_spec(spec: PlayerSpec) -> None:
     if not isinstance(spec, PlayerSpec):
         raise TypeError(f"spec: expected a PlayerSpec, got {type(spec).__name__}")
+    try:
+        check_num_actions(spec.num_actions)
+    except ValueError as err:
+        raise ValueError(f"spec.{err}") from None
     check_int("spec.horizon", spec.horizon)
     check_positive("spec.noise_std", spec.noise_std)
-    if not 0 <= spec.player < len(spec.num_actions):
-        raise ValueError(f"spec.player: expected an index in [0, {len(spec.num_actions) - 1}], "
-                         f"got {spec.player}")
+    check_int("spec.player", spec.player, low=0, high=len(spec.num_actions) - 1)
+
+
+def _check_payoff_range(payoff_range: Array) -> None:
+    check_shape("payoff_range", payoff_range, (2,), "[min, max]")
+    check_finite("payoff_range", payoff_range)
+    if is_concrete(payoff_range):
+        low, high = np.asarray(payoff_range, np.float64)
+        if not low <= high:
+            raise ValueError(f"payoff_range: expected [min, max] with min <= max, got "
+                             f"[{low:g}, {high:g}]")
+
+
+def _check_feedback(spec: PlayerSpec, feedback: Feedback) -> None:
+    if not isinstance(feedback, Feedback):
+        raise TypeError(f"feedback: expected a Feedback, got {type(feedback).__name__}")
+    n = len(spec.num_actions)
+    check_shape("feedback.actions", feedback.actions, (n,), "(N,) one action per player")
+    check_integer("feedback.actions", feedback.actions)
+    if is_concrete(feedback.actions):
+        for i, (a, k) in enumerate(zip(np.asarray(feedback.actions), spec.num_actions,
+                                       strict=True)):
+            check_int(f"feedback.actions[{i}]", int(a), low=0, high=k - 1)
+    check_shape("feedback.payoff", feedback.payoff, (), "()")
+    check_finite("feedback.payoff", feedback.payoff)
+    check_shape("feedback.payoff_vector", feedback.payoff_vector, (spec.own_actions,), "(K_i,)")
+    check_finite("feedback.payoff_vector", feedback.payoff_vector)
+
+
+def _at_boundary(spec: PlayerSpec, learner: GameLearner) -> GameLearner:
+    """``learner`` with its inputs checked: the payoff range at ``init`` and the feedback at
+    ``update`` (shapes and dtypes statically; values where concrete, i.e. from the host)."""
+
+    def init(key: Array, payoff_range: Array) -> State:
+        _check_payoff_range(payoff_range)
+        return learner.init(key, payoff_range)
+
+    def update(state: State, key: Array, feedback: Feedback) -> State:
+        _check_feedback(spec, feedback)
+        return learner.update(state, key, feedback)
+
+    return GameLearner(init, learner.strategy, update)
 
 
 def _scaled(payoffs: Array, payoff_range: Array) -> Array:
@@ -178,7 +229,8 @@ def hedge(spec: PlayerSpec, *, learning_rate: float | None = None) -> GameLearne
     def update(state: WeightsState, key: Array, feedback: Feedback) -> WeightsState:
         return _hedge_step(state, feedback.payoff_vector, eta)
 
-    return GameLearner(init, lambda state: jnp.exp(state.log_weights), update)
+    return _at_boundary(spec, GameLearner(init, lambda state: jnp.exp(state.log_weights),
+                                          update))
 
 
 def exp3p_rates(num_actions, horizon: int, delta: float):
@@ -227,7 +279,7 @@ def exp3p(spec: PlayerSpec, *, delta: float = 0.01) -> GameLearner:
         return exp3p_step(state, feedback.actions[spec.player],
                           _scaled(feedback.payoff, state.payoff_range), beta, gamma, eta, valid)
 
-    return GameLearner(init, lambda state: state.probs, update)
+    return _at_boundary(spec, GameLearner(init, lambda state: state.probs, update))
 
 
 def exp3_ix(spec: PlayerSpec, *, learning_rate: float | None = None,
@@ -251,16 +303,16 @@ def exp3_ix(spec: PlayerSpec, *, learning_rate: float | None = None,
         est = state.loss_estimates.at[a].add(loss / (strategy(state)[a] + gamma))
         return Exp3IXState(est, state.payoff_range)
 
-    return GameLearner(init, strategy, update)
+    return _at_boundary(spec, GameLearner(init, strategy, update))
 
 
 def uniform(spec: PlayerSpec) -> GameLearner:
     """The uniformly random player (the authors' "random" opponent)."""
     _check_spec(spec)
     k = spec.own_actions
-    return GameLearner(lambda key, payoff_range: (),
-                       lambda state: jnp.full((k,), 1.0 / k, jnp.float32),
-                       lambda state, key, feedback: state)
+    return _at_boundary(spec, GameLearner(lambda key, payoff_range: (),
+                                          lambda state: jnp.full((k,), 1.0 / k, jnp.float32),
+                                          lambda state, key, feedback: state))
 
 
 def default_kernel(spec: PlayerSpec) -> RBF:
@@ -293,7 +345,8 @@ def _ucb_mw(spec: PlayerSpec, features: Features, beta: Callable[[Any], Array], 
         ucb = mean + beta(model) * jnp.sqrt(jnp.maximum(var, 0.0))
         return UCBState(_hedge_step(state.weights, ucb, eta), model, state.features)
 
-    return GameLearner(init, lambda state: jnp.exp(state.weights.log_weights), update)
+    return _at_boundary(spec, GameLearner(
+        init, lambda state: jnp.exp(state.weights.log_weights), update))
 
 
 def _features_and_rates(spec: PlayerSpec, kernel: RBF | None, features: Features | None,
@@ -301,9 +354,17 @@ def _features_and_rates(spec: PlayerSpec, kernel: RBF | None, features: Features
     _check_spec(spec)
     check_positive("beta", beta, allow_zero=True)
     if features is None:
-        features = eigen_features(spec.num_actions, kernel or default_kernel(spec))
+        features = eigen_features(spec.num_actions, default_kernel(spec) if kernel is None
+                                  else kernel)
     elif kernel is not None:
         raise ValueError("kernel: give a kernel or features, not both")
+    elif not isinstance(features, Features):
+        raise TypeError(f"features: expected hyperx.games.Features (eigen_features or "
+                        f"fourier_features), got {type(features).__name__}")
+    check_int("features.dim", features.dim)
+    if features.num_actions is not None and tuple(features.num_actions) != spec.num_actions:
+        raise ValueError(f"features: built for a game of {tuple(features.num_actions)} actions, "
+                         f"but this player's game has {spec.num_actions}")
     k = spec.own_actions
     return features, _rate("learning_rate", learning_rate,
                            math.sqrt(8 * math.log(max(k, 2)) / spec.horizon))

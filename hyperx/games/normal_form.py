@@ -39,6 +39,7 @@ from hyperx._validation import (
     check_memory,
     check_positive,
     host_memory_bytes,
+    is_concrete,
 )
 from hyperx.games.kernels import RBF, joint_actions, kernel_matrix
 
@@ -178,7 +179,7 @@ def _check_distribution(name: str, p) -> None:
     """``ValueError`` naming ``name`` unless the concrete ``p`` is a probability distribution:
     finite, non-negative entries summing to 1 within :data:`DISTRIBUTION_TOLERANCE` (traced
     values are not checked)."""
-    if isinstance(p, jax.core.Tracer):
+    if not is_concrete(p):
         return
     values = np.asarray(p, np.float64)
     if not np.all(np.isfinite(values)) or np.any(values < 0):

@@ -53,6 +53,7 @@ from hyperx._validation import (
     check_index,
     check_int,
     check_positive,
+    is_concrete,
 )
 
 ROUTINGS = ("top_k", "soft")
@@ -111,7 +112,7 @@ def check_experts(name: str, experts: jax.Array, num_experts: int, *,
     """
     check_index(name, experts, num_experts, checked=checked)
     message = f"{name}: expected {experts.shape[-1]} distinct experts per token"
-    if not isinstance(experts, jax.core.Tracer):
+    if is_concrete(experts):
         values = np.sort(np.asarray(experts), axis=-1)
         repeated = np.argwhere(np.any(values[..., 1:] == values[..., :-1], axis=-1))
         if repeated.size:

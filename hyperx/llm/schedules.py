@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from hyperx._validation import check_choice, check_flag, check_int, check_number
+from hyperx._validation import check_choice, check_flag, check_int, check_number, is_concrete
 from hyperx._validation import check_finite as _check_finite_values
 
 
@@ -133,7 +133,7 @@ def length_aware_scale(
 
     def _check_input(name: str, x: jax.Array) -> None:
         _check_finite_values(name, x, checked=check_finite)
-        if not isinstance(x, jax.core.Tracer) and float(x) < 0 and name == "mean_length":
+        if is_concrete(x) and float(x) < 0 and name == "mean_length":
             raise ValueError(f"mean_length: expected a finite number >= 0, got {float(x)}")
 
     def init_fn(params) -> LengthAwareScaleState:

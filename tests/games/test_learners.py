@@ -243,3 +243,66 @@ def test_bad_learner_arguments_are_named():
         gp_mw(PlayerSpec(0, (3, 3), 10), beta="theory")
     with pytest.raises(ValueError, match="rkhs_bound"):
         gp_mw(PlayerSpec(0, (3, 3), 10), rkhs_bound=1.0)
+
+
+def test_features_and_kernels_built_for_another_game_are_refused():
+    spec = PlayerSpec(0, (5, 5), 100)
+    with pytest.raises(ValueError, match=r"^features: built for a game of \(3, 3\) actions, but "
+                                         r"this player's game has \(5, 5\)"):
+        gp_mw(spec, features=eigen_features((3, 3), RBF(1.0)))
+    with pytest.raises(ValueError, match=r"^features: built for a game of \(5, 5, 5\)"):
+        ensemble_mw(spec, features=fourier_features((5, 5, 5), RBF(1.0), 8))
+    with pytest.raises(TypeError, match="^features: expected hyperx.games.Features"):
+        gp_mw(spec, features=np.eye(25))
+    for kernel in (1.0, (1.0, 1.0)):
+        with pytest.raises(TypeError, match="^kernel: expected hyperx.games.RBF"):
+            gp_mw(spec, kernel=kernel)
+    with pytest.raises(ValueError, match="^kernel.lengthscale"):
+        fourier_features((5, 5), RBF(-1.0), 8)
+    # the same maps built for this game are taken
+    gp_mw(spec, features=eigen_features((5, 5), RBF(1.0)))
+    ensemble_mw(spec, features=fourier_features((5, 5), RBF(1.0), 8))
+
+
+def test_a_model_with_no_features_left_is_refused():
+    spec = PlayerSpec(0, (4, 4), 100)
+    with pytest.raises(ValueError, match=r"^rel_tol: expected a finite number in \(0.0, 1.0\]"):
+        eigen_features((4, 4), RBF(1.0), rel_tol=2.0)  # would keep no eigenpair
+    assert eigen_features((4, 4), RBF(1.0), rel_tol=1.0).dim >= 1
+    empty = eigen_features((4, 4), RBF(1.0))._replace(dim=0)
+    with pytest.raises(ValueError, match="^features.dim: expected an integer in"):
+        gp_mw(spec, features=empty)
+    with pytest.raises(ValueError, match="^dim: expected an integer in"):
+        fourier_features((4, 4), RBF(1.0), 0)
+
+
+def test_players_and_feedback_are_checked_at_the_learner_boundary():
+    with pytest.raises(ValueError, match=r"^spec.num_actions\[1\]: expected an integer"):
+        hedge(PlayerSpec(0, (5, 0), 10))
+    with pytest.raises(ValueError, match="^spec.num_actions: expected one action count"):
+        hedge(PlayerSpec(0, (), 10))
+    spec = PlayerSpec(0, (5, 3), 100)
+    key, good = jax.random.PRNGKey(0), Feedback(jnp.array([4, 2]), jnp.float32(0.5), jnp.ones(5))
+    for make in (hedge, exp3p, exp3_ix, gp_mw, ensemble_mw):
+        learner = make(spec)
+        for payoff_range, message in [(jnp.array([1.0, 0.0]), "min <= max"),
+                                      (jnp.array([jnp.nan, 1.0]), "expected finite"),
+                                      (jnp.zeros(3), r"expected shape \[min, max\]")]:
+            with pytest.raises(ValueError, match=f"^payoff_range: .*{message}"):
+                learner.init(key, payoff_range)
+        state = learner.init(key, RANGE)
+        for feedback, message in [
+            (good._replace(actions=jnp.array([5, 0])), r"feedback.actions\[0\]: .* \[0, 4\]"),
+            (good._replace(actions=jnp.array([0, 3])), r"feedback.actions\[1\]: .* \[0, 2\]"),
+            (good._replace(actions=jnp.array([0, 1, 1])), r"feedback.actions: expected shape"),
+            (good._replace(payoff=jnp.float32(jnp.nan)), "feedback.payoff: expected finite"),
+            (good._replace(payoff_vector=jnp.ones(3)), r"feedback.payoff_vector: .* \(5,\)"),
+            (good._replace(payoff_vector=jnp.ones(5).at[1].set(jnp.inf)),
+             "feedback.payoff_vector: expected finite"),
+        ]:
+            with pytest.raises(ValueError, match=f"^{message}"):
+                learner.update(state, key, feedback)
+        with pytest.raises(TypeError, match="^feedback.actions: expected an integer dtype"):
+            learner.update(state, key, good._replace(actions=jnp.array([1.0, 2.0])))
+        new = learner.update(state, key, good)
+        assert np.all(np.isfinite(learner.strategy(new)))

@@ -111,6 +111,10 @@ class CheckpointManager:
             if os.path.getsize(file) != size or _sha256(file) != digest:
                 raise ValueError(f"file {rel} changed since the save")
 
+    restored_step: int | None = None
+    """The step :meth:`restore_latest` restored (after any fallback past damaged steps), or
+    ``None`` before a restore or when there was nothing to restore."""
+
     def latest_step(self) -> int | None:
         """The newest saved step (intact or not), or ``None``."""
         return self._manager.latest_step()
@@ -160,6 +164,7 @@ class CheckpointManager:
                                  f"{'; '.join(failures)}; "
                                  f"{'restoring' if self.read_only else 'resuming from'} "
                                  f"step {step}\n")
+            self.restored_step = step
             return carry
         if failures:
             raise ValueError(f"checkpoint_dir: no intact checkpoint in {self.directory} "

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from hyperx.agents import get_config, make_agent
+from hyperx.agents.atari import train_atari
+from hyperx.agents.deepsea import train_deepsea
 from hyperx.commands import build_parser, main
 from hyperx.envs.atari import make_atari
 from hyperx.llm.tasks import Task
@@ -202,7 +204,7 @@ PYTHON_CASES = [
     ("exact_posterior update y=inf", lambda: _model_update("exact_posterior", [1, 0, 0], INF),
      "y: expected finite values"),
     ("exact_ts learner update reward=nan",
-     lambda: _learner_update(_bandits()[0].exact_ts(), NAN), "y: expected finite values"),
+     lambda: _learner_update(_bandits()[0].exact_ts(), NAN), "reward: expected finite values"),
     ("epsilon_greedy learner update reward=inf",
      lambda: _learner_update(_bandits()[1].epsilon_greedy(), INF),
      "reward: expected finite values"),
@@ -486,6 +488,33 @@ def test_agent_and_atari_sizes_are_integers():
         make_atari("Breakout", num_envs=2.5)
     with pytest.raises(ValueError, match="noop_max: expected an integer"):
         make_atari("Breakout", noop_max=-1)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: _rl().train(None, None, None, 2.5), "^steps: expected an integer in [0,"),
+    (lambda: _rl().train(None, None, None, -1), "^steps: expected an integer in [0,"),
+    (lambda: _rl().supervised_warmup(None, None, None, None, steps=2.5), "^steps: expected"),
+    (lambda: _rl().supervised_warmup(None, None, None, None, steps=3, batch_size=8.0),
+     "^batch_size: expected an integer"),
+    (lambda: _rl().evaluate(None, None, None, None, n=0.5), "^n: expected an integer"),
+    (lambda: train_atari(get_config("dqn"), "Pong", steps=64.5), "^steps: expected an integer"),
+    (lambda: train_atari(get_config("dqn"), "Pong", steps=64, envs_per_seed=2.0),
+     "^envs_per_seed: expected an integer"),
+    (lambda: train_atari(get_config("dqn"), "Pong", steps=64, eval_every=16.5),
+     "^eval_every: expected an integer"),
+    (lambda: train_atari(get_config("dqn"), "Pong", steps=64, chunk_steps=True),
+     "^chunk_steps: expected an integer"),
+    (lambda: train_atari(get_config("dqn"), "Pong", steps=64, eval_episodes=1.5),
+     "^eval_episodes: expected an integer"),
+    (lambda: train_deepsea(get_config("dqn"), 4, 2.5), "^num_episodes: expected an integer"),
+], ids=["train 2.5", "train -1", "warmup steps", "warmup batch", "evaluate n", "atari steps",
+        "atari envs", "atari eval_every", "atari chunk bool", "atari eval episodes",
+        "deepsea episodes"])
+def test_trainers_refuse_a_non_integer_step_count_at_the_boundary(call, message):
+    """Before any program is built or environment opened: a fractional count would otherwise
+    reach ``range()`` or a shape deep inside, or be rounded without a word."""
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        call()
 
 
 @pytest.mark.parametrize("manifest", ["[]", '{"command": "bandit"}',

@@ -103,6 +103,24 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_step(tmp_path, c
     assert len(warning) == 1 and "step 2" in warning[0] and "resuming from step 1" in warning[0]
 
 
+def test_the_restored_step_is_the_one_restored_not_the_newest_on_disk(tmp_path, capsys):
+    """After a fallback the run's saved position is the older step: an interrupt before the
+    next save must not report the damaged step as saved (Atari and DeepSea pass it on)."""
+    from hyperx.checkpoint import CheckpointManager
+
+    _two_steps(tmp_path)
+    (tmp_path / "2" / "integrity" / "metadata").write_text('{"sha256": "0"}')
+    manager = CheckpointManager(str(tmp_path), {"run": 1})
+    assert manager.restored_step is None
+    manager.restore_latest({"x": np.zeros(4096, np.float32), "t": np.int32(0)})
+    assert (manager.latest_step(), manager.restored_step) == (2, 1)
+    manager.close()
+    empty = CheckpointManager(str(tmp_path / "new"), {"run": 1})
+    empty.restore_latest({"t": np.int32(0)})
+    assert empty.restored_step is None
+    empty.close()
+
+
 def test_no_intact_checkpoint_fails_in_one_line(tmp_path):
     restore = _two_steps(tmp_path)
     for step in ("1", "2"):

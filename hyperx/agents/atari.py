@@ -52,7 +52,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from hyperx._host import write_atomic
-from hyperx._validation import check_positive, check_range
+from hyperx._validation import check_int, check_range
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.agents.keys import run_key, step_keys
@@ -178,12 +178,14 @@ class Schedule(NamedTuple):
 def run_schedule(steps: int, envs_per_seed: int, eval_every: int | None,
                  chunk_steps: int | None, eval_at_start: bool) -> Schedule:
     """The :class:`Schedule` of :func:`train_atari`'s arguments (checked: ``ValueError``)."""
-    check_positive("steps", steps)
+    check_int("steps", steps)
+    check_int("envs_per_seed", envs_per_seed)
+    for name, value in (("eval_every", eval_every), ("chunk_steps", chunk_steps)):
+        if value is not None:
+            check_int(name, value)
     iterations = math.ceil(steps / envs_per_seed)
     eval_iters = math.ceil((eval_every or max(steps // 10, envs_per_seed)) / envs_per_seed)
-    check_positive("eval_every", eval_iters)
     every = eval_iters if chunk_steps is None else math.ceil(chunk_steps / envs_per_seed)
-    check_positive("chunk_steps", every)
     if eval_iters % every:
         raise ValueError(f"chunk_steps: expected a divisor of eval_every = "
                          f"{eval_iters * envs_per_seed} env steps, got {chunk_steps}")
@@ -223,8 +225,8 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
     carry). Per iteration a seed's key chain steps as :func:`hyperx.agents.keys.step_keys`.
     ``act``, ``observe`` and ``init`` take the number of seeds from their inputs, so the same
     functions run all ``num_seeds`` seeds or one device's block of them."""
-    check_positive("num_seeds", num_seeds)
-    check_positive("envs_per_seed", envs_per_seed)
+    check_int("num_seeds", num_seeds)
+    check_int("envs_per_seed", envs_per_seed)
     agent = make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
                        step_budget=step_budget * envs_per_seed, num_envs=envs_per_seed,
                        replay=functools.partial(make_frame_replay, pad=pad),
@@ -450,9 +452,9 @@ def train_atari(
     and checkpoint are finished first) and the environments and checkpoint manager are
     closed on every exit.
     """
-    check_positive("eval_episodes", eval_episodes, allow_zero=True)
-    check_positive("best_eval_episodes", best_eval_episodes, allow_zero=True)
-    check_positive("eval_max_steps", eval_max_steps)
+    check_int("eval_episodes", eval_episodes, low=0)
+    check_int("best_eval_episodes", best_eval_episodes, low=0)
+    check_int("eval_max_steps", eval_max_steps)
     schedule = run_schedule(steps, envs_per_seed, eval_every, chunk_steps, eval_at_start)
     iterations, eval_iters, every = schedule.iterations, schedule.eval_iters, schedule.chunk_iters
     if host_loop and devices is not None:
@@ -460,7 +462,7 @@ def train_atari(
                          "drop devices or host_loop")
     devices = jax.local_devices()[:1] if devices is None else list(devices)
     num_devices = len(devices)
-    check_positive("devices", num_devices)
+    check_int("devices", num_devices)
     if seeds % num_devices:
         raise ValueError(f"seeds: expected a multiple of the {num_devices} devices, got {seeds}")
     local_games = seeds // num_devices * envs_per_seed
@@ -551,8 +553,8 @@ def train_atari(
         advance, carry, position=lambda c: int(c.t) * envs_per_seed,
         total=iterations * envs_per_seed, max_chunks=max_chunks, on_chunk=on_chunk,
         save=None if manager is None else save,
-        saved_step=None if manager is None or manager.latest_step() is None
-        else manager.latest_step() * envs_per_seed,
+        saved_step=None if manager is None or manager.restored_step is None
+        else manager.restored_step * envs_per_seed,
         cleanup=(resources.close,)).carry
     compile_time, run_time, iterations_run = (timing["compile"], timing["run"],
                                               timing["iterations"])

@@ -326,7 +326,7 @@ def train_deepsea(
         advance, carry, position=lambda c: int(c.t), total=program.num_steps,
         max_chunks=max_chunks, on_chunk=on_chunk,
         save=None if manager is None else manager.save,
-        saved_step=None if manager is None else manager.latest_step(),
+        saved_step=None if manager is None else manager.restored_step,
         progress="deepsea" if progress else None, unit="env step", cleanup=(resources.close,))
     carry, steps_before = run.carry, run.done_at_start
     compile_time, run_time = timing["compile"], timing["run"]

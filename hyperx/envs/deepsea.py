@@ -92,7 +92,7 @@ def bsuite_mapping(size: int, seed: int = BSUITE_MAPPING_SEED) -> np.ndarray:
 
 def random_mapping(key: jax.Array, size: int) -> jax.Array:
     """An (N, N) int32 mapping of independent fair bits drawn from ``key``."""
-    check_positive("size", size)
+    check_int("size", size)
     return jax.random.bernoulli(key, 0.5, (size, size)).astype(jnp.int32)
 
 

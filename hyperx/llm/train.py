@@ -786,7 +786,7 @@ def train(trainer: Trainer, state: TrainState, key: jax.Array, steps: int, *,
     (metric ``fully_masked = 1``: zero loss and gradient) warns, one line naming the step.
     Returns the final state and one dict of floats per step.
     """
-    check_positive("steps", steps, allow_zero=True)
+    check_int("steps", steps, low=0)
     lagged = collections.deque([*state.lagged, state.params], maxlen=trainer.config.lag + 1)
     state = state._replace(lagged=())
     history: list[dict[str, float]] = []
@@ -828,8 +828,8 @@ def supervised_warmup(lm: LanguageModel, params, task: Task, key: jax.Array, *, 
     samples each step. Returns the parameters and the per-step loss ``[steps]``. Raises
     ``ValueError`` with the estimate when a batch (:func:`batch_memory_bytes`) cannot fit in
     device memory."""
-    check_positive("steps", steps)
-    check_positive("batch_size", batch_size)
+    check_int("steps", steps)
+    check_int("batch_size", batch_size)
     # a step's batch, plus the per-step keys and losses of the one scan
     check_memory(f"steps = {steps}, batch_size = {batch_size}",
                  batch_memory_bytes(lm, task, batch_size, extra_tokens=0) + 12 * steps,
@@ -864,7 +864,7 @@ def evaluate(lm: LanguageModel, params, task: Task, key: jax.Array, n: int = 256
     """Mean reward of ``n`` fresh prompts answered by ``lm`` (greedy by default), float32.
     Raises ``ValueError`` with the estimate when the ``n`` sequences' KV cache and logits
     (:func:`batch_memory_bytes` with ``train=False``) cannot fit in device memory."""
-    check_positive("n", n)
+    check_int("n", n)
     _check_batch_memory(f"n = {n}", lm, task, n, extra_tokens, False, "an evaluation")
     # jitted at the call, not held at module level: jax reuses the program for equal statics
     return jax.jit(_evaluate, static_argnums=(0, 2, 4, 5, 6))(lm, params, task, key, n, greedy,

@@ -45,6 +45,7 @@ games this way; tests/agents/test_evaluate_saved.py checks that the two stay in 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Any, NamedTuple
 
@@ -296,8 +297,11 @@ def _make_backend(spec: AtariSpec) -> Any:
     if spec.backend == "envpool":
         import envpool
 
+        # one emulator thread per game up to the cores this process may use (envpool's own
+        # default reads the host's core count, which a container or a CPU mask can cut)
         return envpool.make(
             f"{spec.game}-v5", env_type="gymnasium", num_envs=spec.num_envs, seed=spec.seed,
+            num_threads=min(spec.num_envs, len(os.sched_getaffinity(0))),
             episodic_life=False, reward_clip=False, noop_max=max(spec.noop_max, 1),
             frame_skip=FRAME_SKIP, stack_num=stack, img_height=height, img_width=width,
             gray_scale=not spec.screen, max_episode_steps=spec.max_episode_frames // FRAME_SKIP,

@@ -142,3 +142,14 @@ def test_game_names_and_bad_arguments():
         env.step(np.array([7]))
     with pytest.raises(ValueError, match="actions"):
         env.step(np.array([0, 1]))
+
+
+def test_envpool_threads_follow_the_cores_this_process_may_use(monkeypatch):
+    """One emulator thread per game, at most one per core of the process's CPU mask (envpool's
+    own default reads the host's count, which a container or ``taskset`` can cut)."""
+    pytest.importorskip("envpool")
+    from hyperx.envs import atari
+
+    monkeypatch.setattr(atari.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert atari._make_backend(AtariSpec("Pong", num_envs=8)).config["num_threads"] == 3
+    assert atari._make_backend(AtariSpec("Pong", num_envs=2)).config["num_threads"] == 2

@@ -1,0 +1,159 @@
+"""Agents per program on the CPU: does the compiled Atari loop's per-step overhead grow with the
+number of agents it holds?
+
+On a GPU the way out of the latency-bound regime is many agents in one program: one batched
+update for all of them while the host cores step the emulators. On this CPU the real agents are
+compute bound (the Nature CNN's update costs the same per agent whatever the batch), so their
+summed steps/s is flat in the number of agents and says nothing about the design. This proxy
+isolates what the GPU would not hide: the network is shrunk to an MLP torso of ``--width``
+units on the flattened frames (a few kFLOP per sample), and everything else is the real loop:
+envpool's emulators (the XLA step inside the scan, threads from the machine's cores), acting,
+the frame replay, one update per env step (``update_every = 1``, batch 32), target syncs.
+
+For each agent kind and each number of agents ``n`` in one program (``seeds = n``, one game
+each), two runs of ``--steps`` env steps per agent, timed after compiling:
+
+* ``learn``: the agents learn from the start (``learning_starts = 64``, inside the run);
+* ``idle``: they never learn (``learning_starts`` past the run): emulation, acting, storing.
+
+Recorded per row: the summed agent steps/s and the wall time of one program iteration
+``t(n) = n / rate`` (one env step of every agent). A straight line ``t(n) = a + b n`` is fitted
+per kind and mode: ``a`` is the per-step overhead that does not depend on the agents (dispatch,
+scan bookkeeping, the env call's fixed cost), ``b`` the cost each agent adds. The design holds
+when ``a`` is small against ``b`` and the cost per agent step ``t(n) / n`` does not grow with
+``n`` (summed steps/s never falls as agents are added); ``overhead_flat`` records that check
+(``t(n) / n`` at the largest ``n`` within ``--tolerance`` of its smallest value or below).
+
+Writes benchmarks/results/agents_per_program_proxy.json and .png. Needs the machine to itself
+(a throughput benchmark). Full run: about 15 minutes on 2 cores,
+``python benchmarks/agents_per_program_proxy.py``; tiny check: ``python
+benchmarks/agents_per_program_proxy.py --agents 1 2 --steps 96 --kinds dqn --out /tmp/p.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import jax
+import numpy as np
+
+from hyperx.agents import get_config
+from hyperx.agents.atari import train_atari
+
+OUT = os.path.join(os.path.dirname(__file__), "results", "agents_per_program_proxy.json")
+
+
+def proxy_config(kind: str, width: int, learning_starts: int, steps: int):
+    """``kind``'s Atari config with the network shrunk to an MLP of ``width`` units and one
+    update per env step; the replay holds the whole run."""
+    return get_config(kind, env="atari", torso="mlp", torso_widths=(width,), update_every=1,
+                      batch_size=32, buffer_size=max(steps, 64), learning_starts=learning_starts,
+                      random_start=0)
+
+
+def measure(kind: str, game: str, agents: int, steps: int, width: int, learn: bool) -> dict:
+    """One timed run of ``agents`` agents in one program (rate after compiling)."""
+    config = proxy_config(kind, width, 64 if learn else 10 * steps, steps)
+    start = time.perf_counter()
+    result = train_atari(config, game, steps=steps, seeds=agents, envs_per_seed=1,
+                         eval_episodes=0)
+    rate = result.env_steps_per_s
+    return {"kind": kind, "mode": "learn" if learn else "idle", "agents": agents,
+            "agent_steps_per_s": rate, "iteration_ms": 1e3 * agents / rate,
+            "agent_step_us": 1e6 / rate, "compile_s": result.compile_time_s,
+            "wall_s": time.perf_counter() - start}
+
+
+def fit_line(agents: list[int], iteration_ms: list[float]) -> dict:
+    """Least squares ``t(n) = a + b n`` (ms) and the largest relative residual."""
+    n, t = np.asarray(agents, float), np.asarray(iteration_ms, float)
+    b, a = np.polyfit(n, t, 1)
+    residual = np.max(np.abs(t - (a + b * n)) / t)
+    return {"overhead_ms": float(a), "per_agent_ms": float(b),
+            "max_relative_residual": float(residual)}
+
+
+def summarise(rows: list[dict], tolerance: float) -> dict:
+    """Per kind and mode: the fit, the cost per agent step at each n, and the flatness check."""
+    summary: dict = {}
+    for kind in sorted({r["kind"] for r in rows}):
+        for mode in ("learn", "idle"):
+            sel = sorted((r for r in rows if r["kind"] == kind and r["mode"] == mode),
+                         key=lambda r: r["agents"])
+            if len(sel) < 2:
+                continue
+            per_step = [r["agent_step_us"] for r in sel]
+            summary[f"{kind}/{mode}"] = {
+                **fit_line([r["agents"] for r in sel], [r["iteration_ms"] for r in sel]),
+                "agents": [r["agents"] for r in sel],
+                "agent_steps_per_s": [r["agent_steps_per_s"] for r in sel],
+                "agent_step_us": per_step,
+                "overhead_flat": bool(per_step[-1] <= (1 + tolerance) * min(per_step)),
+                "speedup_largest_vs_one": sel[-1]["agent_steps_per_s"]
+                / sel[0]["agent_steps_per_s"]}
+    return summary
+
+
+def plot(summary: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name, s in summary.items():
+        left.plot(s["agents"], s["agent_steps_per_s"], "o-", label=name)
+        n = np.asarray(s["agents"], float)
+        iteration = n * np.asarray(s["agent_step_us"]) / 1e3
+        line = right.plot(n, iteration, "o", label=name)[0]
+        right.plot(n, s["overhead_ms"] + s["per_agent_ms"] * n, "-", color=line.get_color(),
+                   alpha=0.6)
+    left.set(xscale="log", yscale="log", xlabel="agents in one program",
+             ylabel="summed agent steps/s", title="throughput (proxy network)")
+    right.set(xscale="log", yscale="log", xlabel="agents in one program",
+              ylabel="ms per program iteration", title="t(n) and its fit a + b n")
+    left.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", default="Pong")
+    parser.add_argument("--kinds", nargs="+", default=["hyperagent", "dqn"])
+    parser.add_argument("--agents", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--steps", type=int, default=1024, help="env steps per agent")
+    parser.add_argument("--width", type=int, default=4, help="units of the proxy torso")
+    parser.add_argument("--tolerance", type=float, default=0.1)
+    parser.add_argument("--out", default=OUT)
+    args = parser.parse_args()
+    rows = []
+    for kind in args.kinds:
+        for agents in args.agents:
+            for learn in (True, False):
+                row = measure(kind, args.game, agents, args.steps, args.width, learn)
+                rows.append(row)
+                print(f"{kind} {row['mode']}: {agents} agents {row['agent_steps_per_s']:.0f} "
+                      f"agent steps/s, {row['iteration_ms']:.2f} ms per iteration", flush=True)
+    summary = summarise(rows, args.tolerance)
+    result = {
+        "game": args.game, "steps_per_agent": args.steps, "width": args.width,
+        "update_every": 1, "batch_size": 32, "device": str(jax.devices()[0]),
+        "cpu_cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
+        "versions": {"jax": jax.__version__, "envpool": __import__("envpool").__version__},
+        "summary": summary, "rows": rows,
+        "command": "python benchmarks/agents_per_program_proxy.py " + " ".join(
+            f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in vars(args).items() if k != "out")}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    plot(summary, os.path.splitext(args.out)[0] + ".png")
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

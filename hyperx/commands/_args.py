@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 from hyperx._validation import INT32_MAX
@@ -18,6 +19,16 @@ def fail(message: str) -> NoReturn:
     """Print ``hyperx: error: message`` (one line) on stderr and exit with status 2."""
     sys.stderr.write(f"hyperx: error: {' '.join(str(message).split())}\n")
     raise SystemExit(2)
+
+
+@contextlib.contextmanager
+def failing(prefix: str = "") -> Iterator[None]:
+    """Around a check: a ``ValueError`` raised inside exits through :func:`fail` with
+    ``prefix`` before its message (``with failing("--eval-only: "): ...``)."""
+    try:
+        yield
+    except ValueError as err:
+        fail(f"{prefix}{err}")
 
 
 def interrupted(message: str) -> NoReturn:

@@ -11,18 +11,46 @@ so a resumed run ends byte-identical to an uninterrupted one.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hyperx._host import write_atomic
-from hyperx.commands._args import fail
+from hyperx.commands._args import fail, positive_int
+from hyperx.commands._rundir import add_run_options
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from hyperx.commands._rundir import RunDirectory
 
 Block = tuple[int, int, int]
 """(item index, first seed, one past the last seed)."""
+
+
+def add_parts_options(parser: argparse.ArgumentParser) -> None:
+    """The last options of a run in parts: ``--points``, ``--seeds-per-part`` and the run
+    options (:func:`hyperx.commands._rundir.add_run_options`)."""
+    parser.add_argument("--points", type=positive_int, default=50,
+                        help="about this many log-spaced checkpoints t")
+    parser.add_argument("--seeds-per-part", type=positive_int, default=500,
+                        help="seeds per results file in OUT/parts (written as each finishes)")
+    add_run_options(parser, quiet="no progress bar or table")
+
+
+def log_checkpoints(args: argparse.Namespace) -> np.ndarray:
+    """About ``--points`` log-spaced rounds t ending at ``--steps``
+    (:func:`hyperx.loop.log_grid`); a one-line error naming ``--points`` otherwise."""
+    from hyperx.loop import log_grid
+
+    try:
+        return log_grid(args.steps, args.points)
+    except ValueError as err:
+        fail(str(err).replace(f"num = {args.points}", f"--points {args.points}"))
 
 
 class Parts:
@@ -53,10 +81,16 @@ class Parts:
         return (self.out / "parts"
                 / f"{self.item}{i:02d}_seeds{start:09d}-{stop - 1:09d}.csv")
 
-    def todo(self) -> list[Block]:
-        """The blocks without a part on disk (creates ``out/parts``)."""
+    def todo(self, expected: Callable[[Block], Iterable[Sequence[Any]]] | None = None
+             ) -> list[Block]:
+        """The blocks without a part on disk (creates ``out/parts``); with ``expected``, every
+        part on disk is checked first (:meth:`read` of ``expected(block)``), before any work."""
         (self.out / "parts").mkdir(exist_ok=True)
-        return [b for b in self.blocks if not self.path(b).exists()]
+        todo = [b for b in self.blocks if not self.path(b).exists()]
+        for block in self.blocks if expected is not None else ():
+            if block not in todo:
+                self.read(block, expected(block))
+        return todo
 
     def of(self, item: int) -> list[Block]:
         """The blocks of one item, in seed order."""
@@ -113,6 +147,36 @@ class Parts:
             fail(f"{meta_path}: expected a JSON object with {', '.join(self.meta_keys)}; "
                  f"delete {path.name} and rerun the same command with --resume to recompute it")
         return rows, values, meta
+
+    def run(self, run: RunDirectory, todo: Sequence[Block], play: Callable[[Block], Any], *,
+            progress: str | None, on_part: Callable[[Block, Any], None] | None = None) -> None:
+        """Play the blocks ``todo`` one a chunk of :func:`hyperx.loop.run_chunks`, inside
+        ``run.guard`` (Ctrl-C: :meth:`stopped`): ``play(block)`` then, with Ctrl-C held,
+        ``on_part(block, what play returned)``."""
+        from hyperx.loop import run_chunks
+
+        def on_chunk(chunk: Any) -> None:
+            on_part(todo[chunk.done - 1], chunk.metrics["part"])
+
+        with run.guard(stopped=lambda stop: self.stopped()):
+            run_chunks(lambda k: (k + 1, {"part": play(todo[k])}), 0, position=lambda k: k,
+                       total=len(todo), on_chunk=None if on_part is None else on_chunk,
+                       progress=progress, unit="part")
+
+    def join(self, name: str, copy: Callable[[Any], None]) -> None:
+        """Write ``out/NAME`` through a temporary file: the header, then the rows that
+        ``copy(csv_writer)`` copies from the parts; a damaged part exits leaving no temporary
+        file behind."""
+        tmp = self.out / f".{name}.tmp"
+        try:
+            with open(tmp, "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(self.columns)
+                copy(writer)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        tmp.replace(self.out / name)
 
     def stopped(self) -> str:
         """Where an interrupted run stands: ``N of M parts are in OUT/parts; ...``."""

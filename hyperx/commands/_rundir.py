@@ -56,6 +56,14 @@ def interval95(values) -> dict[str, Any]:
     return {"mean": mean, "sd": sd, "ci95": [mean - half, mean + half]}
 
 
+def format_interval(interval: dict[str, Any], digits: int) -> str:
+    """``MEAN [LOW, HIGH]`` of an :func:`interval95` with ``digits`` decimals (``MEAN`` alone
+    when it has no interval)."""
+    ci = interval["ci95"]
+    return (f"{interval['mean']:.{digits}f}"
+            + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else ""))
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with every non-finite float (NaN, +-inf) replaced by ``None``, so that
     ``json.dumps(..., allow_nan=False)`` writes standard JSON (``-Infinity`` is not JSON)."""
@@ -93,13 +101,13 @@ def write_manifest(out: Path, command: str, settings: dict[str, Any], *,
          "environment": environment()}, indent=2) + "\n")
 
 
-def write_summary_json(out: Path, summary: dict[str, Any]) -> None:
-    """Write ``out/summary.json`` atomically, with the :func:`environment` that produced it
-    under ``"environment"``: standard JSON, every non-finite number written as ``null``
-    (:func:`json_safe`; ``NaN`` and ``Infinity`` are not JSON)."""
+def write_summary_json(out: Path, summary: dict[str, Any], name: str = "summary.json") -> None:
+    """Write ``out/summary.json`` (or ``out/NAME``) atomically, with the :func:`environment`
+    that produced it under ``"environment"``: standard JSON, every non-finite number written as
+    ``null`` (:func:`json_safe`; ``NaN`` and ``Infinity`` are not JSON)."""
     text = json.dumps(json_safe({**summary, "environment": environment()}), indent=2,
                       allow_nan=False)
-    write_atomic(Path(out) / "summary.json", text + "\n")
+    write_atomic(Path(out) / name, text + "\n")
 
 
 def remove_outputs(out: Path, names: Iterable[str]) -> None:

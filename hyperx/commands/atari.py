@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,11 +23,13 @@ from hyperx._validation import plural
 from hyperx.commands._args import (
     closest,
     fail,
+    failing,
     non_negative_int,
     positive_int,
     unknown_choice,
 )
 from hyperx.commands._dryrun import WorkEstimate, report
+from hyperx.commands._plots import figure
 from hyperx.commands._rundir import (
     RunDirectory,
     add_run_options,
@@ -48,6 +49,14 @@ NOT_SETTINGS = ("func", "out", "quiet", "resume", "overwrite", "command", "dry_r
 """Options that do not change what a run computes (left out of ``run.json``'s settings)."""
 OUTPUTS = ("episodes.csv", "evaluations.csv", "metrics.csv", "summary.json", "returns.png",
            "tb", "wandb", "checkpoints")
+PROTOCOL = ("steps", "seeds", "envs_per_seed", "backend", "seed", "eval_every", "eval_episodes",
+            "eval_max_steps", "eval_at_start", "chunk_steps", "sticky_actions")
+"""The options a run is trained and, with ``--eval-only``, evaluated under (the keyword
+arguments of the same names of ``train_atari`` and ``evaluate_saved``)."""
+
+
+def _protocol(run: argparse.Namespace) -> dict[str, Any]:
+    return {key: getattr(run, key) for key in PROTOCOL}
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -67,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--envs-per-seed", type=positive_int, default=1, help="games per agent")
     p.add_argument("--backend", choices=BACKENDS, default="envpool", help="emulator")
     p.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
-    p.add_argument("--eval-every", type=positive_int, default=None,
+    p.add_argument("--eval-every", type=positive_int,
                    help="env steps per seed between evaluations (default: steps / 10)")
     p.add_argument("--eval-episodes", type=non_negative_int, default=10,
                    help="greedy games per seed and evaluation")
@@ -75,21 +84,21 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="agent steps per evaluation game (the 108,000-frame cap)")
     p.add_argument("--best-eval-episodes", type=non_negative_int, default=0,
                    help="re-evaluate the best checkpoint on this many games (HyperAgent: 200)")
-    p.add_argument("--chunk-steps", type=positive_int, default=None,
+    p.add_argument("--chunk-steps", type=positive_int,
                    help="env steps per seed per compiled chunk, log line and checkpoint "
                         "(default: --eval-every, which must be a multiple of it)")
-    p.add_argument("--learning-starts", type=non_negative_int, default=None,
+    p.add_argument("--learning-starts", type=non_negative_int,
                    help="override the config's learning start in env steps (default: the "
                         "config's: 2,000; hyperdqn 50,000; dqn_100k 1,600)")
-    p.add_argument("--buffer-size", type=positive_int, default=None,
+    p.add_argument("--buffer-size", type=positive_int,
                    help="override the config's replay size (default: the config's: 100,000; "
                         "hyperdqn 1,000,000)")
-    p.add_argument("--update-every", type=positive_int, default=None,
+    p.add_argument("--update-every", type=positive_int,
                    help="override the config's env steps per learning step (default: the "
                         "config's: 1 for hyperagent, hyperfqi and dqn_100k, as their "
                         "references; 4 for dqn, hyperdqn, ensemble_plus, epinet_dqn, as Nature "
                         "DQN)")
-    p.add_argument("--eval-epsilon", type=float, default=None,
+    p.add_argument("--eval-epsilon", type=float,
                    help="override the config's evaluation epsilon (default: the config's: 0 "
                         "for the hyper agents, greedy on a fresh index per game; 0.05 for dqn, "
                         "Nature DQN's; 0.001 for dqn_100k, Dopamine's Atari-100k)")
@@ -135,10 +144,8 @@ def _config(args: argparse.Namespace) -> Any:
                                    ("buffer_size", args.buffer_size),
                                    ("update_every", args.update_every),
                                    ("eval_epsilon", args.eval_epsilon)) if v is not None}
-    try:
+    with failing():
         return get_config(args.agent, env="atari", **overrides)
-    except ValueError as err:
-        fail(str(err))
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -178,14 +185,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     with run.guard(stopped=stopped):
         try:
             result = train_atari(
-                config, args.game, steps=args.steps, seeds=args.seeds,
-                envs_per_seed=args.envs_per_seed, backend=args.backend, seed=args.seed,
-                eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-                best_eval_episodes=args.best_eval_episodes, eval_max_steps=args.eval_max_steps,
-                eval_at_start=args.eval_at_start, chunk_steps=args.chunk_steps,
-                host_loop=args.host_loop, sticky_actions=args.sticky_actions,
-                checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None,
-                on_chunk=log)
+                config, args.game, **_protocol(args), best_eval_episodes=args.best_eval_episodes,
+                host_loop=args.host_loop, on_chunk=log,
+                checkpoint_dir=str(out / "checkpoints") if args.checkpoint else None)
         finally:
             log.close()
     write_games(out, result)
@@ -204,8 +206,6 @@ def _eval_only(args: argparse.Namespace) -> int:
     """``--eval-only``: evaluate the saved agent of the run in ``--out`` under that run's
     settings and protocol (:func:`hyperx.agents.atari_eval.evaluate_saved`), with the run's
     games per evaluation (10 when the run evaluated none); writes ``eval_only.json``."""
-    from hyperx._host import environment
-
     out, run = Path(args.out), saved_run(args, "atari")
     episodes = run.eval_episodes or 10
     if args.record_video > episodes:
@@ -220,14 +220,9 @@ def _eval_only(args: argparse.Namespace) -> int:
     from hyperx.agents.atari_eval import evaluate_saved
 
     try:
-        saved = evaluate_saved(
-            str(out / "checkpoints"), config, run.game, steps=run.steps, seeds=run.seeds,
-            envs_per_seed=run.envs_per_seed, backend=run.backend, seed=run.seed,
-            eval_every=run.eval_every, eval_episodes=run.eval_episodes,
-            eval_at_start=run.eval_at_start, chunk_steps=run.chunk_steps,
-            sticky_actions=run.sticky_actions, episodes=episodes,
-            eval_max_steps=run.eval_max_steps, record_video=args.record_video,
-            video_dir=str(out / "videos"))
+        saved = evaluate_saved(str(out / "checkpoints"), config, run.game, **_protocol(run),
+                               episodes=episodes, record_video=args.record_video,
+                               video_dir=str(out / "videos"))
     except ValueError as err:
         fail(f"--eval-only: {err}")
     except ImportError as err:
@@ -235,10 +230,8 @@ def _eval_only(args: argparse.Namespace) -> int:
     means = saved.scores.mean(axis=1)
     result = {"env_step": saved.env_step, "protocol": saved.protocol,
               "score_mean": float(means.mean()), "score_mean_per_seed": means.tolist(),
-              "scores": saved.scores.tolist(), "videos": list(saved.videos),
-              "environment": environment()}
-    write_atomic(out / "eval_only.json", json.dumps(json_safe(result), indent=2,
-                                                    allow_nan=False) + "\n")
+              "scores": saved.scores.tolist(), "videos": list(saved.videos)}
+    write_summary_json(out, result, "eval_only.json")
     videos = (f", {plural(len(saved.videos), 'video')} in {out / 'videos'}"
               if saved.videos else "")
     print(f"{run.agent} on {run.game}, the checkpoint of env step {saved.env_step}: mean score "
@@ -263,10 +256,8 @@ def _dry_run(args: argparse.Namespace, config: Any, run: RunDirectory) -> int:
     from hyperx.agents.atari import check_replay_memory
 
     with memory_estimates() as memory:
-        try:
+        with failing():
             check_replay_memory(config, args.seeds, args.steps)
-        except ValueError as err:
-            fail(str(err))
     measured = "dqn" if config.head != "hypermodel" or config.index_dim == 1 else "hyperagent"
     no_learning, update = THROUGHPUT[measured]
     rate = 1 / (1 / no_learning + update / config.update_every)
@@ -435,31 +426,21 @@ def plot_atari_csv(directory: str | Path) -> Path:
 
 
 def _plot(path: Path, result: Any, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
     seeds = sorted({e["seed"] for e in result.episodes} | {e["seed"] for e in
                                                            result.evaluations})
-    for s in seeds:
-        games = [e for e in result.episodes if e["seed"] == s]
-        if games:
-            steps = np.array([g["env_step"] for g in games])
-            scores = np.array([g["score"] for g in games])
-            window = max(1, min(20, len(scores)))
-            smooth = np.convolve(scores, np.ones(window) / window, mode="valid")
-            ax.plot(steps[window - 1:], smooth, alpha=0.6, label=f"seed {s} training")
-        evals = [e for e in result.evaluations if e["seed"] == s]
-        if evals:
-            ax.plot([e["env_step"] for e in evals], [e["score"] for e in evals], "o-",
-                    label=f"seed {s} evaluation")
-    ax.set_xlabel("env steps per seed")
-    ax.set_ylabel("game score (raw)")
-    ax.set_title(title)
-    if seeds:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, dpi=100, figsize=(6, 4)) as (_, ax):
+        for s in seeds:
+            games = [e for e in result.episodes if e["seed"] == s]
+            if games:
+                steps = np.array([g["env_step"] for g in games])
+                scores = np.array([g["score"] for g in games])
+                window = max(1, min(20, len(scores)))
+                smooth = np.convolve(scores, np.ones(window) / window, mode="valid")
+                ax.plot(steps[window - 1:], smooth, alpha=0.6, label=f"seed {s} training")
+            evals = [e for e in result.evaluations if e["seed"] == s]
+            if evals:
+                ax.plot([e["env_step"] for e in evals], [e["score"] for e in evals], "o-",
+                        label=f"seed {s} evaluation")
+        ax.set(xlabel="env steps per seed", ylabel="game score (raw)", title=title)
+        if seeds:
+            ax.legend(fontsize=7)

@@ -54,21 +54,11 @@ from hyperx.bandits.registry import (
     parse_agent,
     split_agents,
 )
-from hyperx.commands._args import (
-    check_out_usable,
-    fail,
-    non_negative_int,
-    positive_int,
-)
+from hyperx.commands._args import check_out_usable, fail, failing, non_negative_int, positive_int
 from hyperx.commands._dryrun import WorkEstimate
-from hyperx.commands._parts import Block, Parts
+from hyperx.commands._parts import Block, Parts, add_parts_options, log_checkpoints
 from hyperx.commands._plots import plot_bands
-from hyperx.commands._rundir import (
-    RunDirectory,
-    add_run_options,
-    interval95,
-    write_summary_json,
-)
+from hyperx.commands._rundir import RunDirectory, format_interval, interval95, write_summary_json
 from hyperx.commands._tracking import Tracker, check_tracking, log_curves
 
 ENV_ALIASES = {"linear": "russo"}
@@ -102,13 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--env", choices=("linear", *bandit_env_names()), default="linear",
                         help="game (linear: Russo and Van Roy's linear-Gaussian game)")
-    parser.add_argument("--dim", type=positive_int, default=None,
+    parser.add_argument("--dim", type=positive_int,
                         help="feature dimension d (default: the game's)")
-    parser.add_argument("--arms", type=positive_int, default=None,
+    parser.add_argument("--arms", type=positive_int,
                         help="arms per round K >= 2 (default: the game's)")
-    parser.add_argument("--data", default=None,
+    parser.add_argument("--data",
                         help="--env text: a CSV file or a datasets folder of texts and labels")
-    parser.add_argument("--model", default=None,
+    parser.add_argument("--model",
                         help="--env text: a transformers Flax causal LM folder or cached hub name")
     parser.add_argument("--steps", type=positive_int, default=500, help="horizon T")
     parser.add_argument("--seeds", type=positive_int, default=64, help="seeds per agent")
@@ -120,11 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="list every agent with its options and defaults, and exit")
     parser.add_argument("--update-every", type=positive_int, default=1,
                         help="B: batched / delayed feedback every B rounds (B < T)")
-    parser.add_argument("--points", type=positive_int, default=50,
-                        help="about this many log-spaced checkpoints t")
-    parser.add_argument("--seeds-per-part", type=positive_int, default=500,
-                        help="seeds per results file in OUT/parts (written as each finishes)")
-    add_run_options(parser, quiet="no progress bar or table")
+    add_parts_options(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -190,13 +176,11 @@ def _check_sizes(args: argparse.Namespace, num_agents: int, num_points: int) -> 
     disk = Path(args.out).absolute()  # checked usable: walk up to its existing folder
     while not disk.exists():
         disk = disk.parent
-    try:
+    with failing():
         check_memory(f"--seeds {args.seeds}", rows * 8, host_memory_bytes(),
                      f"memory for the regret table ({rows:,} values)")
         check_memory(f"--seeds {args.seeds}", rows * 2 * CSV_ROW_BYTES,
                      shutil.disk_usage(disk).free, "disk for regret.csv and its parts")
-    except ValueError as err:
-        fail(str(err))
 
 
 def _parts(out: Path, args: argparse.Namespace, num_agents: int) -> Parts:
@@ -216,7 +200,6 @@ def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict
     exit status 2): the options, the game, the agents and every size estimate. Returns the
     game, the agents and the checkpoints."""
     from hyperx.bandits.runner import check_run_memory
-    from hyperx.loop import log_grid
 
     check_out_usable(args.out)  # first: the disk estimate below reads the filesystem of --out
     env = _make_env(args)
@@ -225,16 +208,11 @@ def check_args(args: argparse.Namespace) -> tuple[Any, list[tuple[str, str, dict
              f"learn from a batch of {args.update_every} rounds), got {args.update_every}")
     spec = BanditSpec.from_env(env, args.steps)
     agents = _build_agents(args.agents, spec)
-    try:
-        checkpoints = log_grid(args.steps, args.points)
-    except ValueError as err:
-        fail(str(err).replace(f"num = {args.points}", f"--points {args.points}"))
+    checkpoints = log_checkpoints(args)
     _check_sizes(args, len(agents), checkpoints.size)
     for name, config, _, learner in agents:
-        try:
+        with failing(f"--agents {name}{':' + config if config else ''}: "):
             check_run_memory(env, learner, args.steps, args.update_every)
-        except ValueError as err:
-            fail(f"--agents {name}{':' + config if config else ''}: {err}")
     return env, agents, checkpoints
 
 
@@ -256,7 +234,6 @@ def _work(args: argparse.Namespace, env: Any, num_agents: int) -> WorkEstimate:
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the sweep described by parsed ``args`` and write the outputs (module docstring)."""
     from hyperx.bandits.runner import BanditProgram, bandit_program, run_bandit
-    from hyperx.loop import Chunk, run_chunks
 
     with memory_estimates() as memory:
         env, agents, checkpoints = check_args(args)
@@ -270,17 +247,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     run.open(rebuild=True)
     out = run.out
     parts = _parts(out, args, len(agents))
-    todo = parts.todo()
-    for block in parts.blocks:  # a damaged part is reported before any work
-        if block not in todo:
-            parts.read(block, _expected_rows(*agents[block[0]][:2], block, checkpoints))
+    todo = parts.todo(lambda block: _expected_rows(*agents[block[0]][:2], block, checkpoints))
     programs: dict[int, BanditProgram] = {}  # one compiled program per agent, for its parts
 
-    def run_part(k: int) -> tuple[int, dict[str, Any]]:
-        i, start, stop = todo[k]
+    def play(block: Block) -> dict[str, Any]:
+        i, start, stop = block
         name, config, _, learner = agents[i]
         begin = time.perf_counter()
-        try:
+        with failing(f"--agents {name}{':' + config if config else ''}: "):
             if i not in programs:
                 programs[i] = bandit_program(env, learner, horizon=args.steps,
                                              update_every=args.update_every,
@@ -289,25 +263,19 @@ def run_from_args(args: argparse.Namespace) -> int:
                                 first_seed=start, seed=args.seed,
                                 update_every=args.update_every, checkpoints=checkpoints,
                                 program=programs[i])
-        except ValueError as err:
-            fail(f"--agents {name}{':' + config if config else ''}: {err}")
         timing = {"wall_time_s": time.perf_counter() - begin,
                   "compile_time_s": result.compile_time_s, "run_time_s": result.wall_time_s,
                   "seed_rounds": args.steps * (stop - start), "group_size": result.group_size}
-        return k + 1, {"result": result, "timing": timing}
+        return {"result": result, "timing": timing}
 
-    def write_part(chunk: Chunk) -> None:
-        block = todo[chunk.done - 1]
+    def write_part(block: Block, part: dict[str, Any]) -> None:
         name, config = agents[block[0]][:2]
-        result = chunk.metrics["result"]
+        result = part["result"]
         parts.write(block, ((name, config, block[1] + s, int(result.t[c]),
                              float(result.regret[s, c]))
-                            for s, c in np.ndindex(result.regret.shape)),
-                    chunk.metrics["timing"])
+                            for s, c in np.ndindex(result.regret.shape)), part["timing"])
 
-    with run.guard(stopped=lambda stop: parts.stopped()):
-        run_chunks(run_part, 0, position=lambda k: k, total=len(todo), on_chunk=write_part,
-                   progress=None if args.quiet else "bandit", unit="part")
+    parts.run(run, todo, play, progress=None if args.quiet else "bandit", on_part=write_part)
     summary, curves = _write_outputs(parts, args, env, agents, checkpoints)
     if todo:  # the mean regret curves, once, when the sweep ran
         log_curves(Tracker(out, "bandit", settings, track=args.track), "regret", checkpoints,
@@ -347,29 +315,24 @@ def _write_outputs(parts: Parts, args: argparse.Namespace, env, agents: list,
         "seed": args.seed, "update_every": args.update_every, "agents": {},
     }
     curves: dict[str, np.ndarray] = {}
+
+    def copy(writer: Any) -> None:
+        for i, (name, config, options, _) in enumerate(agents):
+            regret, timing = _copy_parts(parts, i, name, config, writer, checkpoints)
+            label = f"{name}:{config}" if config else name
+            curves[label] = regret
+            run_time = timing["run_time_s"]
+            summary["agents"][label] = {
+                "agent": name, "config": options, "final_regret": interval95(regret[:, -1]),
+                "wall_time_s": timing["wall_time_s"],
+                "compile_time_s": timing["compile_time_s"], "run_time_s": run_time,
+                "steps_per_s": args.steps * len(parts.of(i)) / run_time,
+                "seed_steps_per_s": timing["seed_rounds"] / run_time,
+                "group_size": int(timing["group_size"]),
+            }
+
     out = parts.out
-    tmp = out / ".regret.csv.tmp"
-    try:  # a damaged part exits here: leave no temporary file behind
-        with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(CSV_COLUMNS)
-            for i, (name, config, options, _) in enumerate(agents):
-                regret, timing = _copy_parts(parts, i, name, config, writer, checkpoints)
-                label = f"{name}:{config}" if config else name
-                curves[label] = regret
-                run_time = timing["run_time_s"]
-                summary["agents"][label] = {
-                    "agent": name, "config": options, "final_regret": interval95(regret[:, -1]),
-                    "wall_time_s": timing["wall_time_s"],
-                    "compile_time_s": timing["compile_time_s"], "run_time_s": run_time,
-                    "steps_per_s": args.steps * len(parts.of(i)) / run_time,
-                    "seed_steps_per_s": timing["seed_rounds"] / run_time,
-                    "group_size": int(timing["group_size"]),
-                }
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(out / "regret.csv")
+    parts.join("regret.csv", copy)
     write_summary_json(out, summary)
     plot_bands(checkpoints, curves, out / "regret.png", ylabel="cumulative expected regret",
                 title=f"{env.name}: d={env.context_dim}, K={env.num_arms}, {args.seeds} seeds")
@@ -380,9 +343,7 @@ def format_table(summary: dict[str, Any]) -> str:
     """The summary as a fixed-width text table, one line per agent."""
     lines = [f"{'agent':<32} {'final regret (95% CI)':>28} {'wall s':>8} {'seed-steps/s':>13}"]
     for label, entry in summary["agents"].items():
-        final = entry["final_regret"]
-        ci = final["ci95"]
-        band = f"{final['mean']:.1f}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+        band = format_interval(entry["final_regret"], 1)
         lines.append(f"{label:<32} {band:>28} {entry['wall_time_s']:>8.2f} "
                      f"{entry['seed_steps_per_s']:>13.3g}")
     return "\n".join(lines)

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hyperx._host import environment, write_atomic
 from hyperx._validation import memory_estimates, plural
-from hyperx.commands._args import fail, non_negative_int, positive_int
+from hyperx.commands._args import fail, failing, non_negative_int, positive_int
 from hyperx.commands._dryrun import WorkEstimate, report
+from hyperx.commands._plots import figure
 from hyperx.commands._rundir import (
     RunDirectory,
     add_run_options,
@@ -61,8 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
                       help="bsuite action-mapping seed (>= 0)")
     deep.add_argument("--per-seed-mappings", action="store_true",
                       help="seed s uses mapping seed MAPPING_SEED + s")
-    deep.add_argument("--chunk-steps", type=positive_int, default=None,
-                      help="env steps per compiled chunk")
+    deep.add_argument("--chunk-steps", type=positive_int, help="env steps per compiled chunk")
     deep.add_argument("--checkpoint", action="store_true",
                       help="checkpoint to OUT/checkpoints after each chunk (--resume continues)")
     add_run_options(deep)
@@ -155,19 +153,17 @@ def _eval_only(args: argparse.Namespace) -> int:
                                                       f"{run.size} steps each")])
     mapping = (list(range(run.mapping_seed, run.mapping_seed + run.seeds))
                if run.per_seed_mappings else run.mapping_seed)
-    try:
+    with failing("--eval-only: "):
         saved = evaluate_saved(str(out / "checkpoints"), get_config(run.agent), run.size,
                                run.episodes, num_seeds=run.seeds, seed=run.seed,
                                mapping_seeds=mapping, chunk_steps=run.chunk_steps,
                                episodes=args.eval_episodes)
-    except ValueError as err:
-        fail(f"--eval-only: {err}")
     found = saved.treasure.mean(axis=1)
     result = {"env_step": saved.env_step, "protocol": saved.protocol,
               "treasure_fraction_per_seed": found.tolist(),
               "return_mean_per_seed": saved.returns.mean(axis=1).tolist(),
-              "returns": saved.returns.tolist(), "environment": environment()}
-    write_atomic(out / "eval_only.json", json.dumps(result, indent=2) + "\n")
+              "returns": saved.returns.tolist()}
+    write_summary_json(out, result, "eval_only.json")
     print(f"{run.agent} on DeepSea({run.size}), the checkpoint of env step {saved.env_step}: "
           f"{plural(int((found > 0).sum()), 'seed')} of {run.seeds} reach the treasure, in "
           f"{found.mean():.0%} of {plural(args.eval_episodes, 'greedy episode')} per seed; "
@@ -187,11 +183,9 @@ def check_args(args: argparse.Namespace) -> tuple[Any, Any]:
         fail(f"--mapping-seed: expected mapping seeds in [0, {MAX_MAPPING_SEED}], got "
              f"{args.mapping_seed} .. {last}")
     config = get_config(args.agent)
-    try:
+    with failing(f"--size {args.size}, --episodes {args.episodes}, --seeds {args.seeds}: "):
         program = make_program(config, args.size, args.episodes, args.chunk_steps)
         check_carry_memory(program, args.seeds)
-    except ValueError as err:
-        fail(f"--size {args.size}, --episodes {args.episodes}, --seeds {args.seeds}: {err}")
     return config, program
 
 
@@ -293,21 +287,13 @@ def plot_returns_csv(directory: str | Path) -> Path:
 
 def plot_returns(returns: np.ndarray, path: str, title: str) -> None:
     """Running mean of the last 100 returns per seed against the episode, with 0.9 x 0.99."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from hyperx.agents.deepsea_summary import running_mean
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    episodes = np.arange(1, returns.shape[1] + 1)
-    for s, curve in enumerate(running_mean(returns)):
-        ax.plot(episodes, curve, lw=1, label=f"seed {s}")
-    ax.axhline(0.9 * 0.99, color="k", ls=":", lw=1, label="0.9 x 0.99")
-    ax.set(xlabel="episode", ylabel="mean return (last 100 episodes)", title=title)
-    if returns.shape[0] <= 10:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    with figure(path, dpi=100, figsize=(6, 4)) as (_, ax):
+        episodes = np.arange(1, returns.shape[1] + 1)
+        for s, curve in enumerate(running_mean(returns)):
+            ax.plot(episodes, curve, lw=1, label=f"seed {s}")
+        ax.axhline(0.9 * 0.99, color="k", ls=":", lw=1, label="0.9 x 0.99")
+        ax.set(xlabel="episode", ylabel="mean return (last 100 episodes)", title=title)
+        if returns.shape[0] <= 10:
+            ax.legend(fontsize=7)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from hyperx.commands._args import check_out_path, check_out_usable, fail, positive_int
+from hyperx.commands._args import check_out_path, check_out_usable, failing, positive_int
 from hyperx.commands._dryrun import add_dry_run_option
 
 AGENTS = "exact_ts,linucb,ensemble_pp:M=16,ensemble_pp:M=16,index=sphere,epsilon_greedy"
@@ -58,12 +58,10 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     check_out_usable(args.out)
     bandit, deepsea = demo_commands(args.steps, args.seeds, args.dim, args.out)
-    try:
+    with failing():
         check_linear_demo_memory(args.dim, args.index_dim, args.steps, args.seeds,
                                  name=f"--seeds {args.seeds}, --index-dim {args.index_dim}, "
                                       f"--dim {args.dim}, --steps {args.steps}")
-    except ValueError as err:
-        fail(str(err))
     parser = build_parser()
     bandit_command.check_args(parser.parse_args(bandit))
     deepsea_command.check_args(parser.parse_args(deepsea))

@@ -49,20 +49,11 @@ from typing import Any
 import numpy as np
 
 from hyperx._validation import INT32_MAX, check_memory, host_memory_bytes, memory_estimates, plural
-from hyperx.commands._args import (
-    fail,
-    non_negative_int,
-    positive_int,
-)
+from hyperx.commands._args import fail, failing, non_negative_int, positive_int
 from hyperx.commands._dryrun import WorkEstimate
-from hyperx.commands._parts import Block, Parts
+from hyperx.commands._parts import Block, Parts, add_parts_options, log_checkpoints
 from hyperx.commands._plots import plot_bands
-from hyperx.commands._rundir import (
-    RunDirectory,
-    add_run_options,
-    interval95,
-    write_summary_json,
-)
+from hyperx.commands._rundir import RunDirectory, format_interval, interval95, write_summary_json
 from hyperx.commands._tracking import Tracker, check_tracking
 
 GAMES = ("zero_sum", "general_sum", "rps", "sioux_falls")
@@ -85,27 +76,23 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("games", help="no-regret learners in repeated games",
                                    description=DESCRIPTION)
     parser.add_argument("--game", choices=GAMES, default="zero_sum", help="the game")
-    parser.add_argument("--actions", type=positive_int, default=None,
+    parser.add_argument("--actions", type=positive_int,
                         help="actions per player K (default 30; rps: 3)")
     parser.add_argument("--players", type=positive_int, default=2,
                         help="players N (zero_sum and rps: 2)")
-    parser.add_argument("--controlled", type=positive_int, default=None,
+    parser.add_argument("--controlled", type=positive_int,
                         help="sioux_falls: learning players (default 20 of 528)")
     parser.add_argument("--steps", type=positive_int, default=200, help="rounds T")
     parser.add_argument("--seeds", type=positive_int, default=100, help="seeds (one game each)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="base seed")
-    parser.add_argument("--noise", type=float, default=None,
+    parser.add_argument("--noise", type=float,
                         help="std sigma > 0 of the payoff noise (bandit feedback; default 1); "
                              "sioux_falls: as a fraction of each player's largest travel "
                              "time (default 0.001, the authors')")
     parser.add_argument("--matchups", default="gp_mw:random,exp3:random,hedge:random",
                         help="NAME:NAME[:...] list, one learner per player; names: "
                              + ", ".join(LEARNERS))
-    parser.add_argument("--points", type=positive_int, default=50,
-                        help="about this many log-spaced checkpoints t")
-    parser.add_argument("--seeds-per-part", type=positive_int, default=500,
-                        help="seeds per results file in OUT/parts (written as each finishes)")
-    add_run_options(parser, quiet="no progress bar or table")
+    add_parts_options(parser)
     parser.set_defaults(func=run_from_args)
     return parser
 
@@ -123,13 +110,11 @@ def _num_actions(args: argparse.Namespace) -> tuple[int, ...]:
     if args.players < 2:
         fail(f"--players: expected at least 2, got {args.players}")
     outcomes = k ** args.players
-    try:
+    with failing():
         check_memory(f"--actions {k} --players {args.players}",
                      24.0 * outcomes**2 + 4.0 * args.seeds * args.players * outcomes,
                      host_memory_bytes(), f"host memory for {outcomes:,} joint actions "
                      "(the games and their kernel matrix)")
-    except ValueError as err:
-        fail(str(err))
     return (k,) * args.players
 
 
@@ -147,11 +132,9 @@ def _matchups(args: argparse.Namespace, num_actions: tuple[int, ...]) -> list[tu
             if name not in LEARNERS:
                 fail(f"--matchups {text}: expected learner names in {sorted(LEARNERS)}, "
                      f"got {name!r}")
-            try:
+            with failing(f"--matchups {text}: "):
                 learners.append(make_learner(name, PlayerSpec(i, num_actions, args.steps,
                                                               args.noise)))
-            except ValueError as err:
-                fail(f"--matchups {text}: {err}")
         out.append((text, learners))
     if not out:
         fail("--matchups: expected at least one NAME:NAME matchup")
@@ -174,10 +157,8 @@ def _routing(args: argparse.Namespace, *, build: bool = True):
     controlled = np.sort(np.random.default_rng(args.seed).permutation(game.num_players)
                          [:args.controlled])
     key = jax.random.key(args.seed)
-    try:
+    with failing("--steps / --noise: "):
         s = rp.setting(game, controlled, args.steps, key, noise_fraction=args.noise)
-    except ValueError as err:
-        fail(f"--steps / --noise: {err}")
     out = []
     for text in [m.strip() for m in args.matchups.split(",") if m.strip()]:
         if text not in rp.ROUTING_LEARNERS:
@@ -186,10 +167,8 @@ def _routing(args: argparse.Namespace, *, build: bool = True):
         if not build:
             out.append((text, None))
             continue
-        try:
+        with failing(f"--matchups {text}: "):
             population = rp.make_population(text, game, s, jax.random.fold_in(key, 1))
-        except ValueError as err:
-            fail(f"--matchups {text}: {err}")
         out.append((text, [population] * args.controlled))
     if not out:
         fail("--matchups: expected at least one learner name")
@@ -272,8 +251,6 @@ on the 2-core CPU (``benchmarks/results/games.json``, ``throughput``): the dry r
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the games described by parsed ``args`` and write the outputs (module docstring)."""
-    from hyperx.loop import log_grid, run_chunks
-
     routing = args.game == "sioux_falls"
     if args.noise is None:
         args.noise = 0.001 if routing else 1.0
@@ -302,16 +279,11 @@ def run_from_args(args: argparse.Namespace) -> int:
             num_actions = _num_actions(args)
             matchups = _matchups(args, num_actions)
             per_seed = 16.0 * args.steps * len(num_actions) + 8.0 * math.prod(num_actions)
-        try:
-            checkpoints = log_grid(args.steps, args.points)
-        except ValueError as err:
-            fail(str(err).replace(f"num = {args.points}", f"--points {args.points}"))
+        checkpoints = log_checkpoints(args)
         part = min(args.seeds, args.seeds_per_part)
-        try:
+        with failing():
             check_memory(f"--seeds-per-part {args.seeds_per_part}", part * per_seed,
                          host_memory_bytes(), "memory for one part's rounds")
-        except ValueError as err:
-            fail(str(err))
     settings = {key: getattr(args, key) for key in SETTINGS}
     check_tracking(args.track)
     run = RunDirectory(args, "games", settings, OUTPUTS, extent="every part")
@@ -325,12 +297,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     out = run.out
     parts = Parts(out, "matchup", len(matchups), args.seeds, args.seeds_per_part,
                   columns=CSV_COLUMNS, meta_keys=META_KEYS)
-    todo = parts.todo()
-    for block in parts.blocks:  # a damaged part is reported before any work
-        if block not in todo:
-            text = matchups[block[0]][0]
-            parts.read(block, _expected_rows(args, text, _players(args, text, num_actions),
-                                             block, checkpoints))
+
+    def expected(block: Block) -> list[tuple]:
+        text = matchups[block[0]][0]
+        return _expected_rows(args, text, _players(args, text, num_actions), block, checkpoints)
+
+    todo = parts.todo(expected)
     from hyperx.games.play import make_play_seeds
 
     if routing:
@@ -341,15 +313,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     else:  # one compiled program per matchup, all parts
         programs = {i: make_play_seeds(matchups[i][1], args.steps, noise_std=args.noise)
                     for i in {b[0] for b in todo}}
-    def run_part(k: int) -> tuple[int, dict]:
-        block = todo[k]
-        _run_part(args, num_actions, matchups[block[0]][0], programs[block[0]], block,
-                  checkpoints, parts)
-        return k + 1, {}
-
-    with run.guard(stopped=lambda stop: parts.stopped()):
-        run_chunks(run_part, 0, position=lambda k: k, total=len(todo),
-                   progress=None if args.quiet else "games", unit="part")
+    parts.run(run, todo, lambda block: _run_part(
+        args, num_actions, matchups[block[0]][0], programs[block[0]], block, checkpoints,
+        parts), progress=None if args.quiet else "games")
     summary = _write_outputs(parts, args, matchups, num_actions, checkpoints)
     if routing:
         summary["equilibrium_relative_delay"] = equilibrium_delay
@@ -384,55 +350,47 @@ def _write_outputs(parts: Parts, args: argparse.Namespace, matchups: list,
     summary["gap"] = {"general_sum": "cce_gap", "sioux_falls": "relative_delay"}.get(
         args.game, "nash_conv")
     summary["matchups"] = {}
-    tmp = out / ".regret.csv.tmp"
-    try:  # a damaged part exits here: leave no temporary file behind
-        _join_parts(parts, args, matchups, num_actions, checkpoints, tmp, summary)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(out / "regret.csv")
+    parts.join("regret.csv", lambda writer: _join_parts(parts, args, matchups, num_actions,
+                                                        checkpoints, writer, summary))
     write_summary_json(out, summary)
     plot_games_csv(out)
     return summary
 
 
 def _join_parts(parts: Parts, args: argparse.Namespace, matchups: list,
-                num_actions: tuple[int, ...], checkpoints: np.ndarray, tmp: Path,
+                num_actions: tuple[int, ...], checkpoints: np.ndarray, writer: Any,
                 summary: dict[str, Any]) -> None:
-    """Copy every part's rows to ``tmp`` and add each matchup's results to ``summary``."""
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_COLUMNS)
-        for i, (text, _) in enumerate(matchups):
-            players = _players(args, text, num_actions)
-            finals: list[list[float]] = [[] for _ in players]
-            gaps, seconds, compiling, seed_rounds = [], 0.0, 0.0, 0
-            for block in parts.of(i):
-                rows, values, meta = parts.read(block, _expected_rows(
-                    args, text, players, block, checkpoints))
-                writer.writerows(rows)
-                for row, value in zip(rows, values, strict=True):
-                    if int(row[4]) == args.steps:
-                        finals[int(row[1]) - 1].append(value / args.steps)
-                gaps += meta["gaps"]
-                seconds += meta["wall_time_s"]
-                compiling += meta.get("compile_time_s", 0.0)
-                seed_rounds += meta["seed_rounds"]
-            summary["matchups"][text] = {
-                "learners": text.split(":"),
-                "average_regret": [interval95(np.array(f)) for f in finals],
-                "gap": interval95(np.array(gaps)),
-                "wall_time_s": seconds, "compile_time_s": compiling,
-                "seed_rounds_per_s": seed_rounds / max(seconds - compiling, 1e-9)}
-            if args.game == "sioux_falls":  # per seed, the mean over the controlled players
-                summary["matchups"][text]["mean_regret"] = interval95(
-                    np.mean(np.array(finals), axis=0))
-            broken = ~np.isfinite(gaps) | ~np.all(np.isfinite(np.array(finals)), axis=0)
-            if broken.any():
-                sys.stderr.write(f"hyperx: warning: --matchups {text}: "
-                                 f"{plural(int(broken.sum()), 'seed')} of {broken.size} have a "
-                                 "NaN or infinite regret or gap (null in summary.json); check "
-                                 "--noise and the game's payoffs\n")
+    """Copy every part's rows to ``writer`` and add each matchup's results to ``summary``."""
+    for i, (text, _) in enumerate(matchups):
+        players = _players(args, text, num_actions)
+        finals: list[list[float]] = [[] for _ in players]
+        gaps, seconds, compiling, seed_rounds = [], 0.0, 0.0, 0
+        for block in parts.of(i):
+            rows, values, meta = parts.read(block, _expected_rows(
+                args, text, players, block, checkpoints))
+            writer.writerows(rows)
+            for row, value in zip(rows, values, strict=True):
+                if int(row[4]) == args.steps:
+                    finals[int(row[1]) - 1].append(value / args.steps)
+            gaps += meta["gaps"]
+            seconds += meta["wall_time_s"]
+            compiling += meta.get("compile_time_s", 0.0)
+            seed_rounds += meta["seed_rounds"]
+        summary["matchups"][text] = {
+            "learners": text.split(":"),
+            "average_regret": [interval95(np.array(f)) for f in finals],
+            "gap": interval95(np.array(gaps)),
+            "wall_time_s": seconds, "compile_time_s": compiling,
+            "seed_rounds_per_s": seed_rounds / max(seconds - compiling, 1e-9)}
+        if args.game == "sioux_falls":  # per seed, the mean over the controlled players
+            summary["matchups"][text]["mean_regret"] = interval95(
+                np.mean(np.array(finals), axis=0))
+        broken = ~np.isfinite(gaps) | ~np.all(np.isfinite(np.array(finals)), axis=0)
+        if broken.any():
+            sys.stderr.write(f"hyperx: warning: --matchups {text}: "
+                             f"{plural(int(broken.sum()), 'seed')} of {broken.size} have a "
+                             "NaN or infinite regret or gap (null in summary.json); check "
+                             "--noise and the game's payoffs\n")
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -441,11 +399,8 @@ def format_table(summary: dict[str, Any]) -> str:
     regret = "mean R_i(T)/T (95% CI)" if routing else "R_1(T)/T (95% CI)"
     lines = [f"{'matchup':<28} {regret:>26} {summary['gap']:>18} {'seed-rounds/s':>14}"]
     for text, entry in summary["matchups"].items():
-        final = entry["mean_regret"] if routing else entry["average_regret"][0]
-        gap = entry["gap"]
-        ci = final["ci95"]
-        band = f"{final['mean']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
-        lines.append(f"{text:<28} {band:>26} {gap['mean']:>18.3f} "
+        band = format_interval(entry["mean_regret"] if routing else entry["average_regret"][0], 3)
+        lines.append(f"{text:<28} {band:>26} {entry['gap']['mean']:>18.3f} "
                      f"{entry['seed_rounds_per_s']:>14.3g}")
     return "\n".join(lines)
 

@@ -32,17 +32,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hyperx._host import device_line, sigint_held, write_atomic
-from hyperx.commands._args import (
-    fail,
-    non_negative_int,
-    positive_int,
-)
+from hyperx.commands._args import fail, failing, non_negative_int, positive_int
 from hyperx.commands._dryrun import WorkEstimate
-from hyperx.commands._rundir import (
-    RunDirectory,
-    add_run_options,
-    write_summary_json,
-)
+from hyperx.commands._plots import figure
+from hyperx.commands._rundir import RunDirectory, add_run_options, write_summary_json
 from hyperx.commands._tracking import Tracker, check_tracking
 
 if TYPE_CHECKING:
@@ -125,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d-model", type=positive_int, default=64, help="transformer width")
     parser.add_argument("--layers", type=positive_int, default=2, help="transformer layers")
     parser.add_argument("--heads", type=positive_int, default=4, help="attention heads")
-    parser.add_argument("--hf-path", default=None,
+    parser.add_argument("--hf-path",
                         help="directory of a transformers Flax causal LM to train instead "
                              "(its vocabulary must cover the task's character ids)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="seed")
@@ -179,11 +172,9 @@ def _module(args: argparse.Namespace, task: Task):
     """The built-in policy's module (no parameters); its sizes fail as options."""
     from hyperx.llm import train as rl
 
-    try:
+    with failing("--d-model/--heads: "):
         return rl.policy_module(task, d_model=args.d_model, num_layers=args.layers,
                                 num_heads=args.heads)
-    except ValueError as err:
-        fail(f"--d-model/--heads: {err}")
 
 
 def _check_sizes(args: argparse.Namespace, task: Task, train_lm: LanguageModel,
@@ -217,7 +208,7 @@ def _check_sizes(args: argparse.Namespace, task: Task, train_lm: LanguageModel,
                                                                 train=False),
     }
     what, batch = max(batches.items(), key=lambda item: item[1])
-    try:
+    with failing():
         check_memory(model + (f", --lag {args.lag}" if args.lag else ""), weights, available,
                      f"device memory for the policy's {count:,} parameters with their "
                      "gradient, Adam's moments and the sampler's copies")
@@ -226,8 +217,6 @@ def _check_sizes(args: argparse.Namespace, task: Task, train_lm: LanguageModel,
                      f"{args.group_size}", weights + batch, available,
                      f"device memory for the parameters and {what}'s cache, logits and "
                      "activations")
-    except ValueError as err:
-        fail(str(err))
 
 
 class Carry(NamedTuple):
@@ -329,25 +318,21 @@ def run_from_args(args: argparse.Namespace) -> int:
     from hyperx.llm.tasks import Task
     from hyperx.loop import TrainingInterrupted, run_chunks, update_bar
 
-    try:
+    with failing("--difficulty: "):
         task = Task(args.task, args.difficulty, reward_type=args.reward)
-    except ValueError as err:
-        fail(f"--difficulty: {err}")
     with memory_estimates() as memory:
         if args.hf_path is None:  # sizes before --out is touched (a loaded model: after _build)
             module = _module(args, task)
             shapes = jax.eval_shape(module.init, jax.random.key(0),
                                     jax.ShapeDtypeStruct((1, task.prompt_len), np.int32))
             _check_sizes(args, task, *rl.transformer_lms(module, args.rollout_dtype), shapes)
-    try:
+    with failing():
         config = rl.RLConfig(prompts_per_step=args.prompts, group_size=args.group_size,
                              learning_rate=args.lr, advantage=args.advantage,
                              correction=rl.correction_preset(args.correction),
                              objective=rl.ObjectiveConfig(loss=args.loss),
                              rollout_dtype=args.rollout_dtype, lag=args.lag,
                              lr_schedule=args.lr_schedule, ppo_epochs=args.ppo_epochs)
-    except ValueError as err:
-        fail(str(err))
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
     check_tracking(args.track)
     run = RunDirectory(args, "llm", settings, OUTPUTS, extent=f"all {args.steps} steps",
@@ -425,10 +410,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                     before.append("warmup_final_loss")
                 like = _initial_carry(trainer, params, key,
                                       dict.fromkeys(before, np.zeros((), np.float32)))
-                try:
+                with failing("--resume: "):
                     carry = manager.restore_latest(like)
-                except ValueError as err:
-                    fail(f"--resume: {err}")
                 try:
                     done.extend(read_metrics(path, int(carry.state.step)))
                 except (OSError, ValueError, csv.Error) as err:
@@ -564,32 +547,26 @@ def plot_curves(runs: dict[str, list[dict[str, float]]], path: str, *, title: st
                 x: str = "step", keys: Sequence[tuple[str, str]] = PLOTTED,
                 smooth: int = 5) -> None:
     """A grid of metric curves (moving average over ``smooth`` steps), one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     cols = 3
     rows = -(-len(keys) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
-    for ax, (key, label) in zip(axes.flat, keys, strict=False):
-        for name, history in runs.items():
-            if not history or key not in history[0]:
-                continue
-            y = np.array([h[key] for h in history], float)
-            xs = np.array([h[x] for h in history], float)
-            k = min(smooth, len(y))
-            ys = np.convolve(y, np.ones(k) / k, mode="valid")
-            ax.plot(xs[k - 1:], ys, label=name, lw=1.3)
-        ax.set_title(label, fontsize=10)
-        ax.set_xlabel(x.replace("_", " "))
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, dpi=110, nrows=rows, ncols=cols, figsize=(4.2 * cols, 3.0 * rows),
+                squeeze=False) as (fig, axes):
+        for ax, (key, label) in zip(axes.flat, keys, strict=False):
+            for name, history in runs.items():
+                if not history or key not in history[0]:
+                    continue
+                y = np.array([h[key] for h in history], float)
+                xs = np.array([h[x] for h in history], float)
+                k = min(smooth, len(y))
+                ys = np.convolve(y, np.ones(k) / k, mode="valid")
+                ax.plot(xs[k - 1:], ys, label=name, lw=1.3)
+            ax.set_title(label, fontsize=10)
+            ax.set_xlabel(x.replace("_", " "))
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(keys):]:
+            ax.axis("off")
+        axes.flat[0].legend(fontsize=8)
+        if title:
+            fig.suptitle(title, fontsize=11)

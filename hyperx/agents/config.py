@@ -165,6 +165,9 @@ _ATARI_HYPER = dict(torso="nature_cnn", torso_widths=(256,), sigma=0.01, beta=0.
                     prior_std=0.1, prior_scale=0.1, posterior_scale=0.1, learning_rate=1e-4,
                     adam_eps=1.5e-4, batch_size=32, max_grad_norm=10.0, n_step=5,
                     target_update_period=5, buffer_size=100_000, learning_starts=2000)
+_ATARI_NATURE = dict(torso="nature_cnn", learning_rate=1e-4, adam_eps=1.5e-4, batch_size=32,
+                     max_grad_norm=10.0, n_step=3, target_update_period=2000, update_every=4,
+                     buffer_size=100_000, learning_starts=2000)
 
 _CONFIGS: dict[tuple[str, str], AgentConfig] = {
     # The HyperAgent reference's run_deepsea.py defaults (szrlee/HyperAgent; docs/deepsea.md,
@@ -215,33 +218,21 @@ _CONFIGS: dict[tuple[str, str], AgentConfig] = {
         target_update_period=2500, update_every=4, buffer_size=1_000_000,
         learning_starts=50_000, double_q=False),
     ("dqn", "atari"): AgentConfig(
-        name="dqn", torso="nature_cnn", torso_widths=(512,), index="one_hot", index_dim=1,
-        prior_scale=0.0, prior_torso="shared", num_indices=1, target_index="same",
-        double_q=True, learning_rate=1e-4, adam_eps=1.5e-4, batch_size=32,
-        max_grad_norm=10.0, n_step=3, target_update_period=2000, update_every=4,
-        buffer_size=100_000, learning_starts=2000, epsilon_start=1.0, epsilon_end=0.01,
-        epsilon_decay_steps=250_000, eval_epsilon=0.05),
+        name="dqn", torso_widths=(512,), index="one_hot", index_dim=1, prior_scale=0.0,
+        prior_torso="shared", num_indices=1, target_index="same", double_q=True,
+        epsilon_start=1.0, epsilon_end=0.01, epsilon_decay_steps=250_000, eval_epsilon=0.05,
+        **_ATARI_NATURE),
     ("ensemble_plus", "atari"): AgentConfig(
-        name="ensemble_plus", torso="nature_cnn", torso_widths=(256,), index="one_hot",
-        index_dim=10, num_indices=10, update_index="support", target_index="same",
-        prior_scale=0.1, posterior_scale=1.0, prior_torso="independent", learning_rate=1e-4,
-        adam_eps=1.5e-4, batch_size=32, max_grad_norm=10.0, n_step=3,
-        target_update_period=2000, update_every=4, buffer_size=100_000, learning_starts=2000),
+        name="ensemble_plus", torso_widths=(256,), index="one_hot", index_dim=10,
+        num_indices=10, update_index="support", target_index="same", prior_scale=0.1,
+        posterior_scale=1.0, prior_torso="independent", **_ATARI_NATURE),
     # Ensemble+ (Osband et al. 2018) and the epinet DQN (Osband et al. 2023, DQN-Zoo settings)
     # keep Nature DQN's one update per 4 env steps; HyperAgent and HyperFQI update every step.
     ("epinet_dqn", "atari"): AgentConfig(
-        name="epinet_dqn", head="epinet", torso="nature_cnn", torso_widths=(256,),
-        index="gaussian", index_dim=8, prior_scale=0.3, target_index="same",
-        learning_rate=1e-4, adam_eps=1.5e-4, batch_size=32, max_grad_norm=10.0, n_step=3,
-        target_update_period=2000, update_every=4, buffer_size=100_000,
-        learning_starts=2000),
+        name="epinet_dqn", head="epinet", torso_widths=(256,), index="gaussian", index_dim=8,
+        prior_scale=0.3, target_index="same", **_ATARI_NATURE),
 }
-_CONFIGS[("hyperfqi_oh", "deepsea")] = dataclasses.replace(
-    _CONFIGS[("hyperfqi", "deepsea")], name="hyperfqi_oh", index="one_hot", num_indices=4,
-    update_index="support")
-_CONFIGS[("hyperfqi_ois", "deepsea")] = dataclasses.replace(
-    _CONFIGS[("hyperfqi", "deepsea")], name="hyperfqi_ois", ois_quantile=0.8, ois_num_indices=5)
-for _env in ("atari",):
+for _env in ENVS:
     _CONFIGS[("hyperfqi_oh", _env)] = dataclasses.replace(
         _CONFIGS[("hyperfqi", _env)], name="hyperfqi_oh", index="one_hot", num_indices=4,
         update_index="support")

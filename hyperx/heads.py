@@ -94,7 +94,10 @@ def unit_index(xi: Array) -> Array:
     return xi / jnp.where(norm > 0, norm, 1.0)
 
 
-def _check_index(xi: Array, index_dim: int, batch: int) -> None:
+def _check_inputs(x: Array, xi: Array, index_dim: int) -> None:
+    """A head's inputs: ``x`` (B, ...) and an index ``xi`` (M,), (K, M) or (B, K, M)."""
+    check_rank("x", x, tuple(range(1, 8)))
+    batch = x.shape[0]
     check_floating("xi", xi)
     check_rank("xi", xi, (1, 2, 3))
     if xi.ndim == 3:
@@ -411,8 +414,7 @@ class HypermodelHead(nn.Module):
     @nn.compact
     def __call__(self, x: Array, xi: Array) -> Array:
         check_choice("prior_torso", self.prior_torso, PRIOR_TORSO_MODES)
-        check_rank("x", x, tuple(range(1, 8)))
-        _check_index(xi, self.index_dim, x.shape[0])
+        _check_inputs(x, xi, self.index_dim)
         if self.normalise_index:
             xi = unit_index(xi)
         if self.torso is None:
@@ -456,8 +458,7 @@ class EnsemblePPHead(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, zeta: Array) -> Array:
-        check_rank("x", x, tuple(range(1, 8)))
-        _check_index(zeta, self.index_dim, x.shape[0])
+        _check_inputs(x, zeta, self.index_dim)
         h = _flatten(x) if self.torso is None else self.torso(x)
         mean = nn.Dense(self.num_outputs, name="mean")(h)
         sg = jax.lax.stop_gradient(h)
@@ -487,8 +488,7 @@ class EpinetHead(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, z: Array) -> Array:
-        check_rank("x", x, tuple(range(1, 8)))
-        _check_index(z, self.index_dim, x.shape[0])
+        _check_inputs(x, z, self.index_dim)
         h = _flatten(x) if self.torso is None else self.torso(x)
         mean = nn.Dense(self.num_outputs, name="mean")(h)
         inp = jax.lax.stop_gradient(h)
@@ -535,8 +535,7 @@ class RandomPriorEnsembleHead(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, xi: Array) -> Array:
-        check_rank("x", x, tuple(range(1, 8)))
-        _check_index(xi, self.index_dim, x.shape[0])
+        _check_inputs(x, xi, self.index_dim)
         members = nn.vmap(MLPTorso, variable_axes={"params": 0}, split_rngs={"params": True},
                           in_axes=None, out_axes=2, axis_size=self.index_dim)
         widths = (*self.widths, self.num_outputs)

@@ -37,13 +37,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hyperx._host import device_line, sigint_held
-from hyperx._validation import (
-    check_int,
-    check_memory,
-    check_positive,
-    host_memory_bytes,
-    plural,
-)
+from hyperx._validation import check_int, check_memory, check_positive, host_memory_bytes, plural
 
 __all__ = ["Chunk", "ChunkedRun", "ScanProgram", "ScanResult", "TrainingInterrupted", "log_grid",
            "run_chunks", "run_scan", "scan_program", "shard_leading_axis", "to_host"]
@@ -93,6 +87,14 @@ def compiler_options() -> dict[str, bool]:
     return dict(COPY_INSERTION) if jax.default_backend() == "cpu" else {}
 
 
+def _chunk(num_steps: int, chunk_size: int | None) -> int:
+    """The steps of one compiled chunk (``chunk_size``, at most ``num_steps``; default all)."""
+    check_int("num_steps", num_steps)
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size)
+    return num_steps if chunk_size is None else min(chunk_size, num_steps)
+
+
 def scan_program(step_fn: Callable[[Carry, Array], tuple[Carry, Any]], num_steps: int,
                  chunk_size: int | None = None) -> ScanProgram:
     """The chunk ``carry, outs = lax.scan(step_fn, carry, t0 + arange(chunk))``, jitted.
@@ -100,10 +102,7 @@ def scan_program(step_fn: Callable[[Carry, Array], tuple[Carry, Any]], num_steps
     A final partial chunk is padded with skipped steps (the step is wrapped in
     ``lax.cond(t < num_steps, ...)``), so one compiled chunk serves the whole run.
     """
-    check_int("num_steps", num_steps)
-    if chunk_size is not None:
-        check_int("chunk_size", chunk_size)
-    chunk = num_steps if chunk_size is None else min(chunk_size, num_steps)
+    chunk = _chunk(num_steps, chunk_size)
     padded = math.ceil(num_steps / chunk) * chunk != num_steps
 
     def guarded_step(c: Carry, t: Array) -> tuple[Carry, Any]:
@@ -141,11 +140,7 @@ def run_scan(
       progress: called as ``progress(steps_done, num_steps)`` after each chunk.
     """
     if isinstance(step_fn, ScanProgram):
-        program = step_fn
-        check_int("num_steps", num_steps)
-        if chunk_size is not None:
-            check_int("chunk_size", chunk_size)
-        asked = num_steps if chunk_size is None else min(chunk_size, num_steps)
+        program, asked = step_fn, _chunk(num_steps, chunk_size)
         if (num_steps, asked) != (program.num_steps, program.chunk):
             raise ValueError(f"step_fn: a ScanProgram of {plural(program.num_steps, 'step')} in "
                              f"chunks of {program.chunk}, asked for {num_steps} in chunks of "

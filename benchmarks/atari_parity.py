@@ -192,7 +192,7 @@ def run_group(game: str, agent: str, first: int, count: int, args: argparse.Name
     result = train_atari(config, game, steps=args.steps, seeds=count, envs_per_seed=1,
                          seed=args.seed + first, eval_every=args.eval_every,
                          eval_episodes=args.eval_episodes, eval_max_steps=args.eval_max_steps,
-                         eval_at_start=True, chunk_steps=args.chunk_steps,
+                         eval_at_start=args.eval_at_start, chunk_steps=args.chunk_steps,
                          checkpoint_dir=(os.path.join(folder, "checkpoints")
                                          if args.checkpoints else None), on_chunk=on_chunk)
     write(result.evaluations, result.steps_done, True)
@@ -244,8 +244,8 @@ def summarise(args: argparse.Namespace) -> dict:
         "command": "python benchmarks/atari_parity.py " + " ".join(
             f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
             for k, v in vars(args).items()
-            if k not in ("out_dir", "summary", "summarise_only", "checkpoints")
-            and v is not None),
+            if k not in ("out_dir", "summary", "summarise_only", "checkpoints", "eval_at_start")
+            and v is not None) + ("" if args.eval_at_start else " --no-eval-at-start"),
         "device": str(jax.devices()[0]),
         "commit": commit(),
         "protocol": ("10-game evaluation at agent step 0 and every 20,000: no life loss, raw "
@@ -401,6 +401,8 @@ def main() -> None:
     parser.add_argument("--no-checkpoints", dest="checkpoints", action="store_false",
                         help="no orbax checkpoint per chunk (a GPU loan that cannot resume: "
                              "8 seeds' replays are ~6 GB a save)")
+    parser.add_argument("--no-eval-at-start", dest="eval_at_start", action="store_false",
+                        help="no step-0 evaluation (a short learning check on a GPU loan)")
     parser.add_argument("--out-dir", default=OUT_DIR)
     parser.add_argument("--summary", default=SUMMARY)
     parser.add_argument("--summarise-only", action="store_true",

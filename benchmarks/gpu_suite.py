@@ -26,6 +26,8 @@ functions (:func:`atari_throughput.compiled`, :func:`deepsea_throughput.scan_thr
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import os
 import platform
@@ -373,25 +375,28 @@ def _commit() -> str | None:
 
 WHEELS = ["envpool==1.2.5", "envpool-assets==0.3.0", "gymnasium==1.4.0",
           "Farama-Notifications==0.0.6", "dm-env==1.6", "dm-tree==0.1.10", "optree==0.20.0",
-          "tensorboardX==2.6.5"]
+          "tensorboardX==2.6.5", "ale-py==0.12.1"]
 """What the suite imports that the GPU image lacks (device/KINDS.md's package list; versions
-from requirements.lock). The image already holds jax, jaxlib (CUDA 13), flax, optax, chex,
+from requirements.lock; ale-py for its ROM list, :func:`hyperx.envs.atari.game_names`). The image already holds jax, jaxlib (CUDA 13), flax, optax, chex,
 orbax-checkpoint, numpy, matplotlib, tqdm, absl-py, protobuf, cloudpickle, typing-extensions."""
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
 KEEP = {"envpool": ("envpool/atari/",), "envpool_assets": ("envpool_assets/atari/",)}
-"""Per slimmed wheel, the only folders whose compiled modules / data are kept: envpool loads a
-family's ``*.so`` only when one of its envs is made, and finds the Atari ROMs in
-``envpool_assets/atari/roms`` (the other families' assets are 60 MB)."""
+"""Per slimmed wheel, the only folders whose compiled modules / data are kept (envpool's 50 MB
+wheel is 8 MB with Atari alone; the other families' assets are 60 MB): envpool's ``entry.py``,
+which imports every family's registration and with it its ``*.so``, is cut to the kept ones
+(``envpool.make`` then knows the Atari tasks only); the Atari ROMs stay in
+``envpool_assets/atari/roms``."""
 
 
 def slim_wheel(path: Path, keep: tuple[str, ...]) -> None:
     """Rewrite the wheel at ``path`` without the ``*.so`` files and asset folders of the
-    environment families outside ``keep`` (its RECORD rewritten to match)."""
+    environment families outside ``keep``, its ``entry.py`` importing the kept families only
+    and its RECORD rewritten to match."""
     top = path.name.split("-")[0]
     tmp = path.with_suffix(".tmp")
     with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
-        names = []
+        names, edited = [], {}
         for info in src.infolist():
             name = info.filename
             family = name.startswith(top + "/") and name.count("/") >= 2
@@ -399,11 +404,21 @@ def slim_wheel(path: Path, keep: tuple[str, ...]) -> None:
                 name.endswith(".so") or top == "envpool_assets")
             if dropped or name.endswith("/RECORD"):
                 continue
-            dst.writestr(info, src.read(name))
+            data = src.read(name)
+            if name == f"{top}/entry.py":  # registers every family, importing its *.so
+                data = "".join(
+                    line for line in data.decode().splitlines(keepends=True)
+                    if not line.startswith(f"import {top}.") or any(
+                        line.startswith("import " + k.rstrip("/").replace("/", "."))
+                        for k in keep)).encode()
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+                edited[name] = f"{name},sha256={digest.decode()},{len(data)}"
+            dst.writestr(info, data)
             names.append(name)
         record = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
         kept = set(names)
-        lines = [line for line in src.read(record).decode().splitlines()
+        lines = [edited.get(line.split(",")[0], line)
+                 for line in src.read(record).decode().splitlines()
                  if line.split(",")[0] in kept]
         dst.writestr(record, "\n".join(lines + [f"{record},,"]) + "\n")
     os.replace(tmp, path)

@@ -220,6 +220,9 @@ def stage_deepsea(args: argparse.Namespace) -> None:
               **device_info(), "cpu_baseline": cpu, "rows": []}
     for seeds in args.seeds:
         row = scan_throughput(args.agent, args.size, args.steps, seeds)
+        if cpu:
+            best = max(cpu["env_steps_per_s_by_seeds"].values())
+            row.update(cpu_best_env_steps_per_s=best, over_cpu_best=row["env_steps_per_s"] / best)
         result["rows"].append(row)
         print(f"deepsea {args.size}: {seeds} seeds {row['env_steps_per_s']:.1f} env steps/s",
               flush=True)
@@ -376,9 +379,10 @@ def _commit() -> str | None:
 WHEELS = ["envpool==1.2.5", "envpool-assets==0.3.0", "gymnasium==1.4.0",
           "Farama-Notifications==0.0.6", "dm-env==1.6", "dm-tree==0.1.10", "optree==0.20.0",
           "tensorboardX==2.6.5", "ale-py==0.12.1"]
-"""What the suite imports that the GPU image lacks (device/KINDS.md's package list; versions
-from requirements.lock; ale-py for its ROM list, :func:`hyperx.envs.atari.game_names`). The image already holds jax, jaxlib (CUDA 13), flax, optax, chex,
-orbax-checkpoint, numpy, matplotlib, tqdm, absl-py, protobuf, cloudpickle, typing-extensions."""
+"""What the suite imports that the bare GPU machine's image lacks (versions from
+requirements.lock; ale-py for its ROM list, :func:`hyperx.envs.atari.game_names`). The image
+already holds jax, jaxlib (CUDA 13), flax, optax, chex, orbax-checkpoint, numpy, matplotlib,
+tqdm, absl-py, protobuf, cloudpickle and typing-extensions."""
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
              "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
 KEEP = {"envpool": ("envpool/atari/",), "envpool_assets": ("envpool_assets/atari/",)}

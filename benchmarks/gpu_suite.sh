@@ -8,8 +8,9 @@
 #   bash benchmarks/gpu_suite.sh wheels    # HERE, on a CPU machine with PyPI: builds the
 #                                          # gitignored benchmarks/wheels/ the GPU run installs
 #
-# Stages, each under its own `timeout` (seconds; the budgets sum to 500 s, plus
-# about 20 s of setup and summaries), each
+# Stages, each under its own `timeout` (seconds; the budgets sum to 490 s, plus
+# about 20-40 s of setup and summaries; B_AGENTS, B_GAMES, B_LEARN, B_BANDIT, B_DEEPSEA, B_LLM
+# override them), each
 # writing its own JSON under $OUT/gpu_suite/ as it goes; a stage that fails or runs out of time
 # is recorded with its exit code and the end of its log, and the suite goes on:
 #   setup         install the carried wheels if hyperx's imports are missing (below)
@@ -130,7 +131,7 @@ else
   BANDIT="--seeds 10000 --steps 500 --dim 50 --arms 1000"
   DEEPSEA="--size 10 --steps 3000 --seeds 1024"
   LLM="--steps 11"
-  B_AGENTS=${B_AGENTS:-120}; B_GAMES=${B_GAMES:-50}; B_LEARN=${B_LEARN:-175}
+  B_AGENTS=${B_AGENTS:-120}; B_GAMES=${B_GAMES:-50}; B_LEARN=${B_LEARN:-165}
   B_BANDIT=${B_BANDIT:-30}; B_DEEPSEA=${B_DEEPSEA:-30}; B_LLM=${B_LLM:-45}
 fi
 export PY DIR SIDE_AGENTS SIDE_AGENT SIDE_GAMES ATARI_SIZES

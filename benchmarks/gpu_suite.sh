@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU suite of issue 40: one command, under 9 minutes on one H200, from the repository root
+# The GPU suite: one command, under 9 minutes on one H200, from the repository root
 # of a fresh copy of the tree on a bare machine (Python 3.12 with jax/jaxlib + CUDA preinstalled,
 # no network):
 #

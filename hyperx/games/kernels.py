@@ -81,14 +81,15 @@ def check_kernel(kernel: RBF) -> None:
     check_positive("kernel.variance", kernel.variance)
 
 
-def check_num_actions(num_actions: tuple[int, ...]) -> tuple[int, ...]:
-    """``num_actions`` as a tuple, or ``ValueError`` unless it is one action count >= 1 per
-    player, for at least one player."""
+def check_num_actions(num_actions: tuple[int, ...], name: str = "num_actions"
+                      ) -> tuple[int, ...]:
+    """``num_actions`` as a tuple, or ``ValueError`` naming ``name`` unless it is one action
+    count >= 1 per player, for at least one player."""
     if not isinstance(num_actions, tuple | list) or not num_actions:
-        raise ValueError(f"num_actions: expected one action count per player, e.g. (3, 3), "
+        raise ValueError(f"{name}: expected one action count per player, e.g. (3, 3), "
                          f"got {num_actions!r}")
     for i, k in enumerate(num_actions):
-        check_int(f"num_actions[{i}]", k)
+        check_int(f"{name}[{i}]", k)
     return tuple(int(k) for k in num_actions)
 
 

@@ -143,10 +143,7 @@ class UCBState(NamedTuple):
 def _check_spec(spec: PlayerSpec) -> None:
     if not isinstance(spec, PlayerSpec):
         raise TypeError(f"spec: expected a PlayerSpec, got {type(spec).__name__}")
-    try:
-        check_num_actions(spec.num_actions)
-    except ValueError as err:
-        raise ValueError(f"spec.{err}") from None
+    check_num_actions(spec.num_actions, "spec.num_actions")
     check_int("spec.horizon", spec.horizon)
     check_positive("spec.noise_std", spec.noise_std)
     check_int("spec.player", spec.player, low=0, high=len(spec.num_actions) - 1)

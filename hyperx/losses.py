@@ -270,5 +270,23 @@ def grad_sq_norm(fn: Callable[[Any], Array], params: Any) -> Array:
     parameters; ``fn`` is then the mean of the taken actions' values. Its gradient is a
     second backward pass through ``fn``, so an update costs nearly twice one without it.
     """
-    grads = jax.grad(fn)(params)
-    return sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads))
+    return _tree_sq_norm(jax.grad(fn)(params))
+
+
+def grad_sq_norm_with_output(fn: Callable[[Any], Array], reduce: Callable[[Array], Array],
+                             params: Any) -> tuple[Array, Array]:
+    """``(y, ||grad_theta reduce(fn(theta))||^2)`` with ``y = fn(params)``, from ONE forward
+    pass of ``fn``: ``y`` and its pullback come from ``jax.vjp(fn, params)``, and the gradient
+    is the pullback of ``d reduce / d y``. Equal to ``(fn(params), grad_sq_norm(lambda p:
+    reduce(fn(p)), params))``, and differentiable in ``params`` the same way, without the
+    second forward pass that form makes: the agent's loss reads ``y`` (the values Q) and
+    penalises the gradient of their mean (:func:`grad_sq_norm`'s HyperAgent term) on the same
+    pass.
+    """
+    out, pullback = jax.vjp(fn, params)
+    return out, _tree_sq_norm(pullback(jax.grad(reduce)(out))[0])
+
+
+def _tree_sq_norm(tree: Any) -> Array:
+    """``sum_leaves sum_i leaf_i^2``, the squared Euclidean norm of a pytree of arrays."""
+    return sum(jnp.sum(jnp.square(leaf)) for leaf in jax.tree.leaves(tree))

@@ -147,6 +147,24 @@ def _atari_phrases() -> list[str]:
     ] + _cleanrl_phrases()
 
 
+def _update_cost_phrases() -> list[str]:
+    result = _load("hyperagent_update_cost.json")
+    work, before = result["work"], result["baseline"]["work"]["hyperagent"]
+
+    def gflops(name: str) -> str:
+        return f"{work[name]['gflops']:.2f}"
+
+    return [
+        f"dqn {gflops('dqn')} GFLOP, hyperagent {gflops('hyperagent')} "
+        f"({work['hyperagent']['gflops_ratio_to_dqn']:.2f}x; {before['gflops']:.2f} and "
+        f"{before['gflops_ratio_to_dqn']:.2f}x at {result['baseline']['commit'][:7]}",
+        f"Without the gradient-norm penalty hyperagent needs "
+        f"{gflops('hyperagent_no_grad_penalty')} GFLOP, with the prior reading the learned torso "
+        f"(no second CNN) {gflops('hyperagent_shared_prior_torso')}, and without both "
+        f"{gflops('hyperagent_no_grad_penalty_shared_prior_torso')}",
+    ]
+
+
 def _cleanrl_phrases() -> list[str]:
     """The sentences on CleanRL's own script and on the update."""
     peer = _load("atari_throughput.json")["cleanrl"]["summary"]
@@ -280,7 +298,8 @@ def _llm_corrections_phrases() -> list[str]:
 
 
 def _results_page_phrases() -> list[str]:
-    return (_bandit_phrases() + _deepsea_phrases() + _atari_phrases() + _parity_phrases()
+    return (_bandit_phrases() + _deepsea_phrases() + _atari_phrases() + _update_cost_phrases()
+            + _parity_phrases()
             + _llm_phrases() + _games_phrases() + _routing_phrases() + _linear_core_phrases()
             + _llm_corrections_phrases())
 

@@ -73,7 +73,7 @@ from hyperx.lockstep import lockstep_cond
 from hyperx.loop import compiler_options
 from hyperx.losses import (
     double_q_targets,
-    grad_sq_norm,
+    grad_sq_norm_with_output,
     index_quantile,
     masked_mean,
     perturbed_value_loss,
@@ -573,28 +573,31 @@ def _make_learner(config: AgentConfig, network: Network, index: IndexDistributio
         targets = double_q_targets(batch.n_step_return, batch.discount, q_next_target,
                                    q_next_online, quantile=config.ois_quantile)
         perturbed = config.sigma > 0
+        actions = batch.transition["action"]
 
-        def q_taken(params: PyTree) -> tuple[Array, Array]:
-            q = network.apply({"params": params, "prior": state.prior},
-                              batch.transition["obs"], xi)
-            return q, jnp.take_along_axis(q, batch.transition["action"][:, None, None],
-                                          axis=-1)[..., 0]
+        def q_values(params: PyTree) -> Array:
+            return network.apply({"params": params, "prior": state.prior},
+                                 batch.transition["obs"], xi)
+
+        def mean_taken(q: Array) -> Array:
+            taken = jnp.take_along_axis(q, actions[:, None, None], axis=-1)[..., 0]
+            return masked_mean(jnp.mean(taken, axis=1), batch.valid)
 
         def loss_fn(params: PyTree) -> Array:
-            q, _ = q_taken(params)
+            if config.grad_penalty > 0:
+                q, penalty = grad_sq_norm_with_output(q_values, mean_taken, params)
+            else:
+                q = q_values(params)
             loss = perturbed_value_loss(
-                q, batch.transition["action"], targets,
+                q, actions, targets,
                 xi=xi if perturbed else None,
                 z=batch.transition["z"] if perturbed else None, sigma=config.sigma,
                 reg_sq_norm=generated_sq_norm(params, xi_net) if regularise else None,
                 beta=config.beta, num_data=state.replay.num_added, l2=config.l2,
                 mask=batch.valid)
             if config.grad_penalty > 0:
-                loss = loss + config.grad_penalty * grad_sq_norm(mean_q, params)
+                loss = loss + config.grad_penalty * penalty
             return loss
-
-        def mean_q(params: PyTree) -> Array:
-            return masked_mean(jnp.mean(q_taken(params)[1], axis=1), batch.valid)
 
         loss, grads = jax.value_and_grad(loss_fn)(state.params)
         updates, opt_state = optimiser.update(grads, state.opt_state, state.params)

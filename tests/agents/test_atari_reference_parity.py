@@ -16,7 +16,7 @@ from hyperx.agents.config import DQN_100K
 from hyperx.agents.core import Transition
 from hyperx.envs.atari import OBS_SHAPE
 from hyperx.heads import HypermodelHead, MLPTorso, NatureCNN, minmax_rows, unit_index
-from hyperx.losses import grad_sq_norm
+from hyperx.losses import grad_sq_norm, grad_sq_norm_with_output
 from hyperx.replay_frames import make_frame_replay
 
 FRAMES = jax.random.randint(jax.random.PRNGKey(7), (3, *OBS_SHAPE), 0, 256).astype(jnp.uint8)
@@ -149,6 +149,52 @@ def test_grad_sq_norm_hand_computed_and_differentiable():
     # ||g||^2 = v^4 ||a||^2 / 4 + (a . w)^2 v^2, whose d/dv = v^3 ||a||^2 + 2 (a . w)^2 v
     outer = jax.grad(lambda p: grad_sq_norm(fn, p))(params)
     assert float(outer["v"]) == pytest.approx(8 * 14 + 2 * 1 * 2)
+
+
+_PENALTY_HEAD = HypermodelHead(4, 2, torso=NatureCNN(hidden=16, input_scale=1.0,
+                                                     channels_first=True, feature_norm="minmax"),
+                               prior_torso="independent", normalise_index=True)
+
+
+@jax.jit
+def _penalty_both_ways(variables, frames, xi, actions):
+    """(value, gradient) of ``sum Q^2 + ||d/dtheta mean taken Q||^2`` with the penalty from the
+    loss's own forward pass, and from a separate one."""
+
+    def q_values(params):
+        return _PENALTY_HEAD.apply({**variables, "params": params}, frames, xi)
+
+    def mean_taken(q):
+        return jnp.mean(jnp.take_along_axis(q, actions[:, None, None], axis=-1))
+
+    def one_pass(params):
+        q, penalty = grad_sq_norm_with_output(q_values, mean_taken, params)
+        return jnp.sum(q ** 2) + penalty
+
+    def two_pass(params):
+        return jnp.sum(q_values(params) ** 2) + grad_sq_norm(
+            lambda p: mean_taken(q_values(p)), params)
+
+    return (jax.value_and_grad(one_pass)(variables["params"]),
+            jax.value_and_grad(two_pass)(variables["params"]))
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_the_one_pass_penalty_equals_the_two_pass_form_in_value_and_gradient(seed):
+    """The agent's loss reads Q and penalises the gradient of their mean from one forward pass
+    (:func:`grad_sq_norm_with_output`); on the reference's Nature CNN hypermodel it equals
+    ``grad_sq_norm`` of the mean taken as its own function, value and gradient, to float32
+    rounding (rtol 1e-4; 3 random networks, inputs and indices)."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), 4)
+    frames = jax.random.randint(keys[0], (3, *OBS_SHAPE), 0, 256).astype(jnp.uint8)
+    xi = jax.random.normal(keys[1], (3, 5, 2))
+    actions = jax.random.randint(keys[2], (3,), 0, 4)
+    variables = _PENALTY_HEAD.init(keys[3], frames, xi)
+    (value, grads), (value_ref, grads_ref) = _penalty_both_ways(variables, frames, xi, actions)
+    np.testing.assert_allclose(value, value_ref, rtol=1e-4)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_ref), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * float(jnp.max(jnp.abs(b))))
 
 
 def test_the_gradient_penalty_adds_a_positive_term_linear_in_its_coefficient():

@@ -96,11 +96,15 @@ def _chunk(num_steps: int, chunk_size: int | None) -> int:
 
 
 def scan_program(step_fn: Callable[[Carry, Array], tuple[Carry, Any]], num_steps: int,
-                 chunk_size: int | None = None) -> ScanProgram:
+                 chunk_size: int | None = None, *, donate: bool = False) -> ScanProgram:
     """The chunk ``carry, outs = lax.scan(step_fn, carry, t0 + arange(chunk))``, jitted.
 
     A final partial chunk is padded with skipped steps (the step is wrapped in
     ``lax.cond(t < num_steps, ...)``), so one compiled chunk serves the whole run.
+    ``donate``: the chunk writes its output carry into the input carry's buffers
+    (``donate_argnums``), so a device holds the carry once instead of twice (input and
+    output) while a chunk runs; the carry passed to :func:`run_scan` is then consumed (its
+    arrays are deleted) and only the returned one may be read.
     """
     chunk = _chunk(num_steps, chunk_size)
     padded = math.ceil(num_steps / chunk) * chunk != num_steps
@@ -119,8 +123,8 @@ def scan_program(step_fn: Callable[[Carry, Array], tuple[Carry, Any]], num_steps
     def run_chunk(c: Carry, t0: Array) -> tuple[Carry, Any]:
         return jax.lax.scan(guarded_step, c, t0 + jnp.arange(chunk, dtype=jnp.int32))
 
-    return ScanProgram(jax.jit(run_chunk, compiler_options=compiler_options()), num_steps,
-                       chunk)
+    return ScanProgram(jax.jit(run_chunk, donate_argnums=(0,) if donate else (),
+                               compiler_options=compiler_options()), num_steps, chunk)
 
 
 def run_scan(

@@ -206,6 +206,23 @@ def test_a_held_scan_program_runs_again_and_refuses_other_lengths():
             run_scan(program, jnp.int32(0), num_steps, chunk_size=chunk)
 
 
+def test_a_donating_program_reuses_the_carry_buffers_and_computes_the_same():
+    """``donate=True``: the carry passed in is consumed (its arrays deleted: the device held it
+    once), the result is the non-donating program's (hand-computed: 45 + 0..9 per entry)."""
+
+    def step(c, t):
+        return c + t, t
+
+    results = {}
+    for donate in (False, True):
+        carry = jnp.arange(3, dtype=jnp.int32)
+        program = scan_program(step, 10, 4, donate=donate)
+        results[donate] = run_scan(program, carry, 10, chunk_size=4).carry
+        assert carry.is_deleted() == donate
+    np.testing.assert_array_equal(results[True], results[False])
+    np.testing.assert_array_equal(results[True], 45 + np.arange(3))
+
+
 def test_no_module_keeps_compiled_programs_in_a_global_cache():
     """Programs are returned to their callers (issue 23): no module-level ``lru_cache`` or
     ``cache`` decorator anywhere in the package (a learner's own per-dimension memo is local)."""

@@ -221,8 +221,9 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
 
     The agents' frame replay (one stream per game, ``pad`` as the backend fills a stack) is
     built, sized and checked against device memory by :func:`make_agent`, for ``num_seeds``
-    seeds whose state a chunk holds twice (:func:`hyperx.loop.run_scan` does not donate its
-    carry). Per iteration a seed's key chain steps as :func:`hyperx.agents.keys.step_keys`.
+    seeds whose state a chunk holds once (the chunk donates its carry:
+    :func:`hyperx.loop.scan_program`). Per iteration a seed's key chain steps as
+    :func:`hyperx.agents.keys.step_keys`.
     ``act``, ``observe`` and ``init`` take the number of seeds from their inputs, so the same
     functions run all ``num_seeds`` seeds or one device's block of them."""
     check_int("num_seeds", num_seeds)
@@ -230,7 +231,7 @@ def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per
     agent = make_agent(config, num_actions, jnp.zeros(OBS_SHAPE, jnp.uint8),
                        step_budget=step_budget * envs_per_seed, num_envs=envs_per_seed,
                        replay=functools.partial(make_frame_replay, pad=pad),
-                       num_seeds=num_seeds, carries=2)
+                       num_seeds=num_seeds)
 
     def act(seeds: SeedCarry) -> tuple[SeedCarry, Array, Array]:
         key, k_act, k_observe = jax.vmap(step_keys)(seeds.key)
@@ -275,7 +276,7 @@ def check_replay_memory(config: AgentConfig, seeds: int, steps: int) -> None:
     """Raise ``ValueError`` with the estimate when ``seeds`` agents of a :func:`train_atari`
     run of ``steps`` env steps per seed exceed device memory, before anything is allocated
     (a ``--dry-run``): the check :func:`make_program` makes, on the ALE's full action set.
-    A 1M frame replay is 7.1 GB per seed, held twice."""
+    A 1M frame replay is 7.1 GB per seed."""
     make_program(config, MAX_ACTIONS, seeds, 1, steps, PAD["envpool"])
 
 
@@ -527,7 +528,7 @@ def train_atari(
             chunk_time = time.perf_counter() - start
         else:
             if length not in scans:
-                scans[length] = scan_program(step_fn, length)
+                scans[length] = scan_program(step_fn, length, donate=True)
             result = run_scan(scans[length], (env_cell[0], carry.seeds), length)
             (env_cell[0], seeds_carry), log = result.carry, result.outputs
             timing["compile"] += result.compile_time_s

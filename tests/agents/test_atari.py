@@ -215,8 +215,8 @@ def test_replay_memory_is_checked_before_allocating():
     from hyperx.agents.atari import check_replay_memory
 
     check_replay_memory(get_config("hyperagent", env="atari"), 1, 100_000)
-    with pytest.raises(ValueError, match=r"1,000,000 replay slots \(.* per seed, the state "
-                       r"held 2 times\) x 4,096 seeds: needs an estimated"):
+    with pytest.raises(ValueError, match=r"1,000,000 replay slots \(.* per seed\) x 4,096 "
+                       r"seeds: needs an estimated"):
         check_replay_memory(get_config("hyperdqn", env="atari"), 4096, 10**6)
 
 

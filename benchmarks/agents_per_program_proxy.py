@@ -24,6 +24,11 @@ when ``a`` is small against ``b`` and the cost per agent step ``t(n) / n`` does 
 ``n`` (summed steps/s never falls as agents are added); ``overhead_flat`` records that check
 (``t(n) / n`` at the largest ``n`` within ``--tolerance`` of its smallest value or below).
 
+Beside the timings, ``update_cost``: XLA's cost analysis of the update vmapped over ``n``
+agents (floating-point operations and bytes accessed per agent; from shapes, so independent of
+the machine's load), which tells whether the work per agent grows with ``n`` or only its time.
+``--cost-only`` adds those rows to an existing result file without timing anything.
+
 Writes benchmarks/results/agents_per_program_proxy.json and .png. Needs the machine to itself
 (a throughput benchmark). Full run: about 15 minutes on 2 cores,
 ``python benchmarks/agents_per_program_proxy.py``; tiny check: ``python
@@ -35,13 +40,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from hyperx.agents import get_config
 from hyperx.agents.atari import train_atari
+from hyperx.agents.core import make_agent
+from hyperx.envs.atari import OBS_SHAPE, action_meanings
+from hyperx.replay_frames import make_frame_replay
 
 OUT = os.path.join(os.path.dirname(__file__), "results", "agents_per_program_proxy.json")
 
@@ -65,6 +75,19 @@ def measure(kind: str, game: str, agents: int, steps: int, width: int, learn: bo
             "agent_steps_per_s": rate, "iteration_ms": 1e3 * agents / rate,
             "agent_step_us": 1e6 / rate, "compile_s": result.compile_time_s,
             "wall_s": time.perf_counter() - start}
+
+
+def update_cost(kind: str, game: str, agents: int, steps: int, width: int) -> dict:
+    """XLA's cost analysis of one update of ``agents`` vmapped agents, per agent."""
+    agent = make_agent(proxy_config(kind, width, 64, steps), len(action_meanings(game)),
+                       jnp.zeros(OBS_SHAPE, jnp.uint8), num_envs=1, replay=make_frame_replay,
+                       step_budget=steps)
+    keys = jax.ShapeDtypeStruct((agents, 2), jnp.uint32)
+    state = jax.eval_shape(jax.vmap(agent.init), keys)
+    cost = jax.jit(jax.vmap(agent.update)).lower(state, keys).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return {"kind": kind, "agents": agents, "mflops_per_agent": cost["flops"] / agents / 1e6,
+            "mbytes_accessed_per_agent": cost["bytes accessed"] / agents / 1e6}
 
 
 def fit_line(agents: list[int], iteration_ms: list[float]) -> dict:
@@ -128,8 +151,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1024, help="env steps per agent")
     parser.add_argument("--width", type=int, default=4, help="units of the proxy torso")
     parser.add_argument("--tolerance", type=float, default=0.1)
+    parser.add_argument("--cost-only", action="store_true",
+                        help="add the update_cost rows to the result file at --out, no timing")
     parser.add_argument("--out", default=OUT)
     args = parser.parse_args()
+    costs = [update_cost(kind, args.game, agents, args.steps, args.width) for kind in args.kinds
+             for agents in args.agents]
+    if args.cost_only:
+        with open(args.out) as f:
+            result = json.load(f)
+        result["update_cost"] = costs
+        result["update_cost_commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(costs, indent=1))
+        return
     rows = []
     for kind in args.kinds:
         for agents in args.agents:
@@ -144,10 +182,10 @@ def main() -> None:
         "update_every": 1, "batch_size": 32, "device": str(jax.devices()[0]),
         "cpu_cores": len(os.sched_getaffinity(0)), "load_average": os.getloadavg(),
         "versions": {"jax": jax.__version__, "envpool": __import__("envpool").__version__},
-        "summary": summary, "rows": rows,
+        "summary": summary, "update_cost": costs, "rows": rows,
         "command": "python benchmarks/agents_per_program_proxy.py " + " ".join(
             f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-            for k, v in vars(args).items() if k != "out")}
+            for k, v in vars(args).items() if k not in ("out", "cost_only"))}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

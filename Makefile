@@ -17,8 +17,14 @@ PY312    := $(VENV312)/bin/python
 STAMP312 := $(VENV312)/.installed
 # The versions test-newest prints before its tests.
 NEWEST_PINS := jax|jaxlib|flax|optax|numpy|envpool|ale-py|orbax-checkpoint|chex|transformers
+# test-tunix: Google's Tunix (the tunix extra) on the same Python 3.12, in its own .venv-tunix:
+# google-tunix needs transformers 5, which the llm extra and requirements.lock exclude.
+VENVTUNIX  := .venv-tunix
+PYTUNIX    := $(VENVTUNIX)/bin/python
+STAMPTUNIX := $(VENVTUNIX)/.installed
+TUNIX_PINS := google-tunix|jax|jaxlib|flax|optax|transformers
 
-.PHONY: demo test test-newest test-slow bench lint docs lock clean
+.PHONY: demo test test-newest test-tunix test-slow bench lint docs lock clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "hyperx needs Python >= 3.11"'
@@ -34,6 +40,13 @@ $(STAMP312): pyproject.toml
 	$(PY312) -m pip install --quiet --upgrade --upgrade-strategy eager -e ".[$(EXTRAS)]"
 	touch $(STAMP312)
 
+$(STAMPTUNIX): pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "test-tunix needs Python 3.12: make test-tunix PYTHON312=/path/to/python3.12"; exit 1; }
+	$(PYTHON312) -m venv $(VENVTUNIX)
+	$(PYTUNIX) -m pip install --quiet --upgrade pip
+	$(PYTUNIX) -m pip install --quiet -e ".[tunix,dev]"
+	touch $(STAMPTUNIX)
+
 demo: $(STAMP)
 	$(VENV)/bin/hyperx demo
 
@@ -46,6 +59,12 @@ test: $(STAMP)
 test-newest: $(STAMP312)
 	$(PY312) -m pip freeze | grep -i -E '^($(NEWEST_PINS))=='
 	$(PY312) -m pytest -n 2 --durations=15 -q $$(grep -v -E '^\s*(#|$$)' tests/newest_subset.txt)
+
+# hyperx.llm.tunix against Tunix's own loss functions and learner (tests/llm/test_tunix.py, its
+# slow end-to-end test included; about 6 minutes on 2 cores, the install included).
+test-tunix: $(STAMPTUNIX)
+	$(PYTUNIX) -m pip freeze | grep -i -E '^($(TUNIX_PINS))=='
+	$(PYTUNIX) -m pytest -n 1 --durations=10 -q -m "slow or not slow" tests/llm/test_tunix.py
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow --durations=15 -q
@@ -65,4 +84,4 @@ lock: $(STAMP)
 	$(PY) -m pip freeze --exclude-editable | grep -v '^hyperx-rl' > requirements.lock
 
 clean:
-	rm -rf $(VENV) $(VENV312) .pytest_cache
+	rm -rf $(VENV) $(VENV312) $(VENVTUNIX) .pytest_cache

@@ -375,9 +375,11 @@ def tunix_length_aware_scale(*, dtype: Any = jnp.float32,
     batch's mean response length (and, with ``kl_threshold``, the mismatch KL) is read from
     this transformation's state, written by :func:`feed_length` (which
     :class:`CorrectedGRPOLearner` calls for every rollout batch). Every optimizer update uses
-    the latest fed values. An update before the first feed is an error outside ``jit``; inside
-    ``jit`` (Tunix's train step) it sees NaN, which the inner scale skips and counts in
-    ``inner.skipped`` (it never poisons the averages). ``kwargs`` are
+    the latest fed values (when Tunix prepares the next rollout batch while the current one
+    trains, that is the newest batch's length: the surge signal is then one batch early). An
+    update before the first feed is an error outside ``jit``; inside ``jit`` (Tunix's train
+    step) it sees NaN, which the inner scale skips and counts in ``inner.skipped`` (it never
+    poisons the averages). ``kwargs`` are
     :func:`~hyperx.llm.length_aware_scale`'s.
     """
     inner = length_aware_scale(dtype=dtype, **kwargs)

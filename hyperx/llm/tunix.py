@@ -70,7 +70,6 @@ tunix_length_aware_scale()))``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -436,9 +435,10 @@ def length_scale(optimizer: nnx.Optimizer) -> float | None:
     return float(getattr(scale, "value", scale))
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "pad_id", "eos_id", "temperature"))
-def _log_prob_and_sum_sq(graphdef, state, prompt_ids, completion_ids, pad_id: int, eos_id: int,
-                         temperature: float):
+@nnx.jit(static_argnames=("pad_id", "eos_id", "temperature"))
+def _log_prob_and_sum_sq(model: nnx.Module, prompt_ids: jax.Array, completion_ids: jax.Array,
+                         pad_id: int, eos_id: int, temperature: float):
+    graphdef, state = nnx.split(model)
     _, logits = tunix_common.compute_per_token_logps(
         graphdef, state, prompt_tokens=prompt_ids, completion_tokens=completion_ids,
         pad_id=pad_id, eos_id=eos_id, stop_gradient=True, return_logits=True,
@@ -522,9 +522,9 @@ class CorrectedGRPOLearner(grpo_learner.GRPOLearner):
         otb = config.advantage_estimator == OTB_ESTIMATOR
         old, sum_sq = example.old_per_token_logps, None
         if otb:
-            graphdef, state = nnx.split(self.rl_cluster.actor_trainer.model)
-            old, sum_sq = _log_prob_and_sum_sq(graphdef, state, example.prompt_ids,
-                                               completion_ids, pad_id, eos_id, temperature)
+            old, sum_sq = _log_prob_and_sum_sq(self.rl_cluster.actor_trainer.model,
+                                               example.prompt_ids, completion_ids, pad_id,
+                                               eos_id, temperature)
         elif not correction.bypass:
             old = self.rl_cluster.get_actor_per_token_logps(
                 prompt_tokens=example.prompt_ids, completion_tokens=completion_ids,

@@ -26,7 +26,9 @@ from flax import nnx  # noqa: E402
 from tunix.models.qwen3 import model as qwen3  # noqa: E402
 from tunix.rl import algo_core, function_registry  # noqa: E402
 from tunix.rl import common as tunix_common  # noqa: E402
+from tunix.rl import rl_cluster as rl_cluster_lib  # noqa: E402
 from tunix.rl.grpo import grpo_learner  # noqa: E402
+from tunix.rl.rollout import base_rollout  # noqa: E402
 
 import hyperx.llm.tunix as hxt  # noqa: E402
 from hyperx.llm import (  # noqa: E402
@@ -35,6 +37,7 @@ from hyperx.llm import (  # noqa: E402
     corrected_policy_loss,
     length_aware_scale,
 )
+from hyperx.llm.tasks import Task  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAD, EOS, V = 0, 2, 32
@@ -317,6 +320,112 @@ def test_docs_page_blocks_run_in_order():
     namespace: dict = {"__name__": "docs"}
     for number, block in enumerate(blocks):
         exec(compile(block, f"{page}:block{number}", "exec"), namespace)
+
+
+class _Tokenizer:
+    """hyperx's character tokenizer with the methods Tunix's TokenizerAdapter asks for."""
+
+    def __init__(self, task: Task) -> None:
+        self.tok = task.tokenizer
+
+    def encode(self, text, **kwargs):
+        return self.tok.encode(str(text))
+
+    def decode(self, ids, **kwargs):
+        return self.tok.decode(np.asarray(ids))
+
+    def bos_id(self):
+        return self.tok.bos_id
+
+    def eos_id(self):
+        return self.tok.eos_id
+
+    def pad_id(self):
+        return self.tok.pad_id
+
+
+def _run_learner(algo_config, optimizer, *, steps: int = 2, return_logprobs: bool = True):
+    """CorrectedGRPOLearner on one host device (trainer and sampler share the weights):
+    ``steps`` GRPO steps of 2 prompts x 2 responses on reverse-3; returns the learner and
+    the train examples it built."""
+    task = Task("reverse", 3, reward_type="partial")
+    config = qwen3.ModelConfig(num_layers=1, vocab_size=task.tokenizer.vocab_size, embed_dim=32,
+                               hidden_dim=64, num_heads=2, head_dim=16, num_kv_heads=2,
+                               rope_theta=10_000, norm_eps=1e-6)
+    model = qwen3.Qwen3(config, rngs=nnx.Rngs(0))
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"))
+    roles = rl_cluster_lib.Role
+    cluster = rl_cluster_lib.RLCluster(
+        actor=model, reference=None, tokenizer=_Tokenizer(task),
+        cluster_config=rl_cluster_lib.ClusterConfig(
+            role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
+            rollout_engine="vanilla", offload_to_cpu=False,
+            training_config=rl_cluster_lib.RLTrainingConfig(
+                actor_optimizer=optimizer, eval_every_n_steps=10**9, max_steps=steps),
+            rollout_config=base_rollout.RolloutConfig(
+                max_tokens_to_generate=task.answer_len + 1, max_prompt_length=task.prompt_len,
+                kv_cache_size=32, temperature=1.0, top_p=1.0, top_k=None,
+                return_logprobs=return_logprobs, eos_tokens=[task.tokenizer.eos_id],
+                seed=0)))  # an int: Tunix donates a key array to its decode loop
+
+    def reward_fn(prompts, completions, **kwargs):
+        return [task.reward_text(p, c) for p, c in zip(prompts, completions, strict=True)]
+
+    learner = hxt.CorrectedGRPOLearner(cluster, algo_config, [reward_fn])
+    examples = []
+    correct = learner._correct
+    learner._correct = lambda *args: examples.append(correct(*args)) or examples[-1]
+    key = jax.random.key(1)
+    data = []
+    for _ in range(steps):
+        key, k = jax.random.split(key)
+        prompts, _ = task.sample(k, 2)
+        data.append({"prompts": np.array([task.tokenizer.decode(p) for p in np.asarray(prompts)])})
+    learner.train(data)
+    return learner, examples
+
+
+def test_learner_otb_bypass():
+    """OTB advantages are token-level, bypass mode leaves old_per_token_logps unset, and the
+    sampler's log-probs line up with the completion tokens (shared weights: they match the
+    trainer's at every valid token and are 0 at padding)."""
+    algo = hxt.CorrectedGRPOConfig(num_generations=2, beta=0.0, advantage_estimator="otb",
+                                   correction=CorrectionConfig.bypass_ppo_clip())
+    learner, examples = _run_learner(algo, optax.adam(1e-3))
+    assert len(examples) == 2
+    for ex in examples:
+        mask = np.asarray(ex.completion_mask, bool)
+        assert np.asarray(ex.advantages).shape == mask.shape
+        assert ex.old_per_token_logps is None
+        rollout = np.asarray(ex.rollout_per_token_logps)
+        assert np.all(rollout[~mask] == 0.0) and np.all(rollout[mask] < 0.0)
+        adv = np.asarray(ex.advantages)
+        assert np.all(adv[~mask] == 0.0) and np.isfinite(adv).all()
+    assert "k3_kl" in learner.last_correction_metrics
+
+
+def test_learner_feeds_the_length_aware_scale():
+    """Decoupled Seq-MIS: old_per_token_logps are the trainer's, and every optimizer step of
+    Tunix's trainer read a fed length (none skipped)."""
+    algo = hxt.CorrectedGRPOConfig(num_generations=2, beta=0.0,
+                                   correction=CorrectionConfig.seq_mis(2.0))
+    optimizer = optax.chain(optax.adam(1e-3), hxt.tunix_length_aware_scale(warmup_steps=0))
+    learner, examples = _run_learner(algo, optimizer)
+    (state,) = hxt._feed_states(learner.rl_cluster.actor_trainer.optimizer.opt_state)
+    assert int(state.inner.count.value) == 2 and int(state.inner.skipped.value) == 0
+    last = examples[-1]
+    np.testing.assert_allclose(float(state.mean_length.value),
+                               float(np.asarray(last.completion_mask).sum(-1).mean()))
+    mask = np.asarray(last.completion_mask, bool)
+    old = np.asarray(last.old_per_token_logps)
+    rollout = np.asarray(last.rollout_per_token_logps)
+    assert np.abs(old - rollout)[mask].max() < 1e-3, "shared weights: mu = pi_old up to rounding"
+
+
+def test_learner_needs_sampler_log_probs():
+    algo = hxt.CorrectedGRPOConfig(num_generations=2, beta=0.0)
+    with pytest.raises(ValueError, match="^rl_cluster: .*return_logprobs=True"):
+        _run_learner(algo, optax.adam(1e-3), return_logprobs=False)
 
 
 @pytest.mark.slow

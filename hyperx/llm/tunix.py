@@ -420,9 +420,9 @@ def feed_length(optimizer: nnx.Optimizer, *, mean_length: Any,
     dtypes do not change, so nothing recompiles."""
     states = _feed_states(optimizer.opt_state)
     for s in states:
-        s.mean_length.value = jnp.asarray(mean_length, s.mean_length.value.dtype)
+        s.mean_length.set_value(jnp.asarray(mean_length, s.mean_length.get_value().dtype))
         if mismatch_kl is not None:
-            s.mismatch_kl.value = jnp.asarray(mismatch_kl, s.mismatch_kl.value.dtype)
+            s.mismatch_kl.set_value(jnp.asarray(mismatch_kl, s.mismatch_kl.get_value().dtype))
     return len(states)
 
 
@@ -432,7 +432,7 @@ def length_scale(optimizer: nnx.Optimizer) -> float | None:
     if not states:
         return None
     scale = states[0].inner.scale
-    return float(getattr(scale, "value", scale))
+    return float(scale.get_value() if isinstance(scale, nnx.Variable) else scale)
 
 
 @nnx.jit(static_argnames=("pad_id", "eos_id", "temperature"))

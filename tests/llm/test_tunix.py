@@ -308,7 +308,7 @@ def test_length_aware_scale_before_feed():
         opt.update(model, grads)
     nnx.jit(lambda model, opt, grads: opt.update(model, grads))(model, opt, grads)
     (state,) = hxt._feed_states(opt.opt_state)
-    assert int(state.inner.skipped.value) == 1 and int(state.inner.count.value) == 0
+    assert int(state.inner.skipped.get_value()) == 1 and int(state.inner.count.get_value()) == 0
     plain = nnx.Optimizer(model, optax.sgd(1.0), wrt=nnx.Param)
     assert hxt.feed_length(plain, mean_length=3.0) == 0
 
@@ -412,9 +412,9 @@ def test_learner_feeds_the_length_aware_scale():
     optimizer = optax.chain(optax.adam(1e-3), hxt.tunix_length_aware_scale(warmup_steps=0))
     learner, examples = _run_learner(algo, optimizer)
     (state,) = hxt._feed_states(learner.rl_cluster.actor_trainer.optimizer.opt_state)
-    assert int(state.inner.count.value) == 2 and int(state.inner.skipped.value) == 0
+    assert int(state.inner.count.get_value()) == 2 and int(state.inner.skipped.get_value()) == 0
     last = examples[-1]
-    np.testing.assert_allclose(float(state.mean_length.value),
+    np.testing.assert_allclose(float(state.mean_length.get_value()),
                                float(np.asarray(last.completion_mask).sum(-1).mean()))
     mask = np.asarray(last.completion_mask, bool)
     old = np.asarray(last.old_per_token_logps)

@@ -355,7 +355,7 @@ def plot(summary: dict, path: str) -> None:
 def baselines(game: str, args: argparse.Namespace) -> None:
     """Random (and fixed) policies on ``game`` under the evaluation protocol, once."""
     path = os.path.join(args.out_dir, game, "baselines.json")
-    if os.path.exists(path):
+    if os.path.exists(path) or args.random_episodes == 0:
         return
     out = {"random": t_interval(policy_scores(game, args.random_episodes, args.seed + 40_000,
                                               args.eval_max_steps))}
@@ -394,7 +394,8 @@ def main() -> None:
                         help="agent steps per compiled chunk and checkpoint")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--eval-max-steps", type=int, default=27_000)
-    parser.add_argument("--random-episodes", type=int, default=30)
+    parser.add_argument("--random-episodes", type=int, default=30,
+                        help="games of each baseline policy (0: no baselines)")
     parser.add_argument("--learning-starts", type=int, default=None,
                         help="override (tiny checks only; the reference's is 2000)")
     parser.add_argument("--seed", type=int, default=0)
@@ -411,6 +412,9 @@ def main() -> None:
     if args.seeds % args.seeds_per_program:
         parser.error(f"--seeds-per-program: expected a divisor of --seeds = {args.seeds}, "
                      f"got {args.seeds_per_program}")
+    if args.random_episodes < 0:
+        parser.error(f"--random-episodes: expected a number of games >= 0, got "
+                     f"{args.random_episodes}")
     if args.only_seeds is not None and (args.seeds_per_program != 1 or min(args.only_seeds) < 0):
         parser.error(f"--only-seeds: expected seed numbers >= 0 with --seeds-per-program 1, got "
                      f"{args.only_seeds} with {args.seeds_per_program}")

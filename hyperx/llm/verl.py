@@ -41,45 +41,36 @@ RS_OPTIONS = ("token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "s
 IS_LEVELS = ("token", "sequence")
 LOSS_TYPES = ("ppo_clip", "reinforce")
 
-# verl RolloutCorrectionConfig presets (verl/trainer/config/algorithm.py), with their defaults.
+# verl RolloutCorrectionConfig presets (verl/trainer/config/algorithm.py), with their defaults,
+# built from the parts verl's preset names combine.
+_TOKEN_IS = dict(rollout_is="token", rollout_is_threshold=2.0)
+_SEQ_IS = dict(rollout_is="sequence", rollout_is_threshold=2.0)
+_ICEPOP = dict(rollout_is="token", rollout_is_threshold="0.5_5.0")
+_GEO_RS = dict(rollout_rs="seq_mean_k1", rollout_rs_threshold="0.999_1.001")
+_K3_RS = dict(rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01)
+_BYPASS_PPO = dict(bypass_mode=True, loss_type="ppo_clip")
+_BYPASS_PG = dict(bypass_mode=True, loss_type="reinforce")
 PRESETS: dict[str, dict] = {
     "disabled": dict(rollout_is=None, rollout_rs=None),
-    "decoupled_token_is": dict(rollout_is="token", rollout_is_threshold=2.0),
-    "decoupled_seq_is": dict(rollout_is="sequence", rollout_is_threshold=2.0),
-    "decoupled_token_icepop": dict(rollout_is="token", rollout_is_threshold="0.5_5.0"),
-    "decoupled_seq_is_rs": dict(rollout_is="sequence", rollout_is_threshold=2.0,
-                                rollout_rs="seq_sum_k1", rollout_rs_threshold="0.5_2.0"),
-    "decoupled_geo_rs": dict(rollout_rs="seq_mean_k1", rollout_rs_threshold="0.999_1.001"),
-    "decoupled_geo_rs_seq_tis": dict(rollout_is="sequence", rollout_is_threshold=2.0,
-                                     rollout_rs="seq_mean_k1",
-                                     rollout_rs_threshold="0.999_1.001"),
-    "decoupled_geo_rs_token_tis": dict(rollout_is="token", rollout_is_threshold=2.0,
-                                       rollout_rs="seq_mean_k1",
-                                       rollout_rs_threshold="0.999_1.001"),
-    "decoupled_k3_rs": dict(rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01),
-    "decoupled_k3_rs_seq_tis": dict(rollout_is="sequence", rollout_is_threshold=2.0,
-                                    rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01),
-    "decoupled_k3_rs_token_tis": dict(rollout_is="token", rollout_is_threshold=2.0,
-                                      rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01),
-    "bypass_ppo_clip": dict(bypass_mode=True, loss_type="ppo_clip"),
-    "bypass_ppo_clip_geo_rs": dict(rollout_rs="seq_mean_k1", rollout_rs_threshold="0.999_1.001",
-                                   bypass_mode=True, loss_type="ppo_clip"),
-    "bypass_ppo_clip_k3_rs": dict(rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01,
-                                  bypass_mode=True, loss_type="ppo_clip"),
-    "bypass_pg_is": dict(rollout_is="sequence", rollout_is_threshold=2.0, bypass_mode=True,
-                         loss_type="reinforce"),
-    "bypass_pg_token_icepop": dict(rollout_is="token", rollout_is_threshold="0.5_5.0",
-                                   bypass_mode=True, loss_type="reinforce"),
-    "bypass_pg_geo_rs": dict(rollout_rs="seq_mean_k1", rollout_rs_threshold="0.999_1.001",
-                             bypass_mode=True, loss_type="reinforce"),
-    "bypass_pg_geo_rs_seq_tis": dict(rollout_is="sequence", rollout_is_threshold=2.0,
-                                     rollout_rs="seq_mean_k1",
-                                     rollout_rs_threshold="0.999_1.001", bypass_mode=True,
-                                     loss_type="reinforce"),
-    "bypass_pg_geo_rs_token_tis": dict(rollout_is="token", rollout_is_threshold=2.0,
-                                       rollout_rs="seq_mean_k1",
-                                       rollout_rs_threshold="0.999_1.001", bypass_mode=True,
-                                       loss_type="reinforce"),
+    "decoupled_token_is": _TOKEN_IS,
+    "decoupled_seq_is": _SEQ_IS,
+    "decoupled_token_icepop": _ICEPOP,
+    "decoupled_seq_is_rs": {**_SEQ_IS, "rollout_rs": "seq_sum_k1",
+                            "rollout_rs_threshold": "0.5_2.0"},
+    "decoupled_geo_rs": _GEO_RS,
+    "decoupled_geo_rs_seq_tis": {**_SEQ_IS, **_GEO_RS},
+    "decoupled_geo_rs_token_tis": {**_TOKEN_IS, **_GEO_RS},
+    "decoupled_k3_rs": _K3_RS,
+    "decoupled_k3_rs_seq_tis": {**_SEQ_IS, **_K3_RS},
+    "decoupled_k3_rs_token_tis": {**_TOKEN_IS, **_K3_RS},
+    "bypass_ppo_clip": _BYPASS_PPO,
+    "bypass_ppo_clip_geo_rs": {**_GEO_RS, **_BYPASS_PPO},
+    "bypass_ppo_clip_k3_rs": {**_K3_RS, **_BYPASS_PPO},
+    "bypass_pg_is": {**_SEQ_IS, **_BYPASS_PG},
+    "bypass_pg_token_icepop": {**_ICEPOP, **_BYPASS_PG},
+    "bypass_pg_geo_rs": {**_GEO_RS, **_BYPASS_PG},
+    "bypass_pg_geo_rs_seq_tis": {**_SEQ_IS, **_GEO_RS, **_BYPASS_PG},
+    "bypass_pg_geo_rs_token_tis": {**_TOKEN_IS, **_GEO_RS, **_BYPASS_PG},
 }
 
 # hyperx metric -> verl metric, only where the two definitions agree (see docs/llm/verl.md).

@@ -102,10 +102,6 @@ class LossOutput(NamedTuple):
     metrics: dict[str, Array]
 
 
-def _mask_dtype(mask) -> jnp.dtype:
-    return float_dtype(mask)
-
-
 def loss_denominator(agg: str, mask: Array) -> Array:
     """The normaliser ``aggregate_loss`` uses for ``mask`` (after rejection): the summed mask
     (the number of kept tokens for a 0/1 mask; ``token-mean``), the number of responses with a
@@ -113,7 +109,7 @@ def loss_denominator(agg: str, mask: Array) -> Array:
     compute it once on the FULL (global) batch and pass it to every micro-batch / rank."""
     check_choice("agg", agg, AGGREGATIONS)
     m = jnp.asarray(mask)
-    dtype = _mask_dtype(m)
+    dtype = float_dtype(m)
     m = jnp.where(m > 0, m.astype(dtype), 0.0)
     if agg == "token-mean":
         return jnp.sum(m)
@@ -289,21 +285,19 @@ def corrected_policy_loss(objective: ObjectiveConfig, correction: CorrectionConf
     is keyword-only. The aggregation (verl's ``loss_agg_mode``) is ``objective.agg``; any other
     keyword is a ``TypeError`` naming this function.
     """
-    trm_inputs = dict(rollout_logits=rollout_logits, old_logits=old_logits,
-                      rollout_topk_log_probs=rollout_topk_log_probs,
-                      rollout_topk_ids=rollout_topk_ids)
+    if not correction.bypass and old_log_prob is None:
+        raise ValueError("old_log_prob: expected a [B, T] array in decoupled mode, got None")
+    corr = rollout_correction(correction,
+                              old_log_prob=log_prob if correction.bypass else old_log_prob,
+                              rollout_log_prob=rollout_log_prob, response_mask=response_mask,
+                              check_finite=check_finite, rollout_logits=rollout_logits,
+                              old_logits=old_logits,
+                              rollout_topk_log_probs=rollout_topk_log_probs,
+                              rollout_topk_ids=rollout_topk_ids)
     if correction.bypass:
-        corr = rollout_correction(correction, old_log_prob=log_prob,
-                                  rollout_log_prob=rollout_log_prob, response_mask=response_mask,
-                                  check_finite=check_finite, **trm_inputs)
         anchor = rollout_log_prob
         weights = None if objective.loss == "ppo" else corr.weights
     else:
-        if old_log_prob is None:
-            raise ValueError("old_log_prob: expected a [B, T] array in decoupled mode, got None")
-        corr = rollout_correction(correction, old_log_prob=old_log_prob,
-                                  rollout_log_prob=rollout_log_prob, response_mask=response_mask,
-                                  check_finite=check_finite, **trm_inputs)
         anchor, weights = old_log_prob, corr.weights
     out = policy_loss(objective, log_prob=log_prob, old_log_prob=anchor, advantages=advantages,
                       mask=corr.mask, weights=weights, denominator=denominator,

@@ -430,12 +430,8 @@ def _check_inputs(old_log_prob, rollout_log_prob, response_mask, rollout_logits,
     if rollout_logits is not None:
         check_shape("rollout_logits", rollout_logits, old_logits.shape, "(B, T, V)")
     elif rollout_topk_log_probs is not None and rollout_topk_ids is not None:
+        # the ids and log-probs themselves are checked by topk_bucket_kl
         check_shape("rollout_topk_log_probs", rollout_topk_log_probs, (b, t, None), "(B, T, K)")
-        check_shape("rollout_topk_ids", rollout_topk_ids, rollout_topk_log_probs.shape,
-                    "(B, T, K)")
-        check_integer("rollout_topk_ids", rollout_topk_ids)
-        check_index("rollout_topk_ids", rollout_topk_ids, old_logits.shape[-1])
-        check_log_prob_where("rollout_topk_log_probs", rollout_topk_log_probs)
     else:
         raise ValueError("rollout_logits: expected [B, T, V] rollout logits (or both "
                          "rollout_topk_log_probs and rollout_topk_ids) when trm_kl is set")

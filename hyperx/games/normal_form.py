@@ -34,14 +34,14 @@ import numpy as np
 from hyperx._validation import (
     check_finite,
     check_floating,
-    check_int,
     check_key,
     check_memory,
     check_positive,
+    check_shape,
     host_memory_bytes,
     is_concrete,
 )
-from hyperx.games.kernels import RBF, joint_actions, kernel_matrix
+from hyperx.games.kernels import RBF, check_num_actions, joint_actions, kernel_matrix
 
 
 def check_game(payoffs) -> tuple[int, ...]:
@@ -84,8 +84,10 @@ def random_gp_game(key: jax.Array, num_actions: tuple[int, ...], *, zero_sum: bo
     functions are independent draws (a general-sum game).
     """
     check_key("key", key)
-    num_actions = _num_actions(num_actions)
+    num_actions = check_num_actions(num_actions)
     n = len(num_actions)
+    if n < 2:
+        raise ValueError(f"num_actions: expected at least 2 players, got {num_actions}")
     if zero_sum and n != 2:
         raise ValueError(f"zero_sum: a zero-sum random game needs 2 players, got {n}")
     check_positive("variance", variance)
@@ -148,9 +150,7 @@ def cce_gap(payoffs: jax.Array, joint: jax.Array) -> jax.Array:
     actions, is an eps-coarse-correlated equilibrium: ``max_i max_a' E[u_i(a', a_{-i})] -
     E[u_i(a)]`` (clipped at 0)."""
     num_actions = check_game(payoffs)
-    if tuple(np.shape(joint)) != num_actions:
-        raise ValueError(f"joint: expected shape {num_actions} (one entry per joint action), "
-                         f"got {tuple(np.shape(joint))}")
+    check_shape("joint", joint, num_actions, "one entry per joint action")
     _check_distribution("joint", joint)
     gap = jnp.float32(0.0)
     for i in range(len(num_actions)):
@@ -166,8 +166,7 @@ def _check_strategies(strategies, num_actions: tuple[int, ...]) -> None:
         raise ValueError(f"strategies: expected one per player ({len(num_actions)}), "
                          f"got {len(strategies)}")
     for i, (x, k) in enumerate(zip(strategies, num_actions, strict=True)):
-        if tuple(np.shape(x)) != (k,):
-            raise ValueError(f"strategies[{i}]: expected shape ({k},), got {np.shape(x)}")
+        check_shape(f"strategies[{i}]", x, (k,))
         _check_distribution(f"strategies[{i}]", x)
 
 
@@ -189,13 +188,3 @@ def _check_distribution(name: str, p) -> None:
         raise ValueError(f"{name}: expected a probability distribution summing to 1, got a sum "
                          f"of {values.sum():.6g}")
 
-
-def _num_actions(num_actions) -> tuple[int, ...]:
-    if isinstance(num_actions, int | np.integer) or not isinstance(num_actions, tuple | list):
-        raise ValueError("num_actions: expected a tuple with one action count per player, "
-                         f"got {num_actions!r}")
-    if len(num_actions) < 2:
-        raise ValueError(f"num_actions: expected at least 2 players, got {tuple(num_actions)}")
-    for k in num_actions:
-        check_int("num_actions", k)
-    return tuple(int(k) for k in num_actions)

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyperx._validation import (
+    check_choice,
     check_finite,
     check_int,
     check_integer,
@@ -456,6 +457,5 @@ LEARNERS: dict[str, Callable[..., GameLearner]] = {
 
 def make_learner(name: str, spec: PlayerSpec, **kwargs) -> GameLearner:
     """The learner called ``name`` (a key of :data:`LEARNERS`) for the player ``spec``."""
-    if name not in LEARNERS:
-        raise ValueError(f"name: expected one of {sorted(LEARNERS)}, got {name!r}")
+    check_choice("name", name, tuple(LEARNERS))
     return LEARNERS[name](spec, **kwargs)

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyperx._validation import check_int, check_key, check_positive
+from hyperx._validation import check_choice, check_int, check_key, check_positive
 from hyperx.games.learners import (
     Exp3PState,
     WeightsState,
@@ -474,15 +474,10 @@ def make_population(name: str, game: RoutingGame, s: Setting, key: Array | None 
     """The routing learner ``name`` (one of :data:`ROUTING_LEARNERS`); ``gp_mw`` fits its
     kernel from random play with ``key`` (``degree`` and ``points`` go to
     :func:`fit_poly_kernel`, ``beta`` to :func:`gp_mw`)."""
-    if name == "hedge":
-        return hedge(game, s, **kwargs)
-    if name == "exp3":
-        return exp3(game, s, **kwargs)
-    if name == "ensemble_mw":
-        return ensemble_mw(game, s, **kwargs)
+    check_choice("name", name, ROUTING_LEARNERS)
     if name == "gp_mw":
         if key is None:
             raise ValueError("key: gp_mw fits its kernel from random play and needs a key")
         fit_args = {a: kwargs.pop(a) for a in ("degree", "points", "steps") if a in kwargs}
         return gp_mw(game, s, fit_poly_kernel(game, s, key, **fit_args), **kwargs)
-    raise ValueError(f"name: expected one of {list(ROUTING_LEARNERS)}, got {name!r}")
+    return {"hedge": hedge, "exp3": exp3, "ensemble_mw": ensemble_mw}[name](game, s, **kwargs)

@@ -36,6 +36,7 @@ from hyperx._validation import (
     device_memory_bytes,
     format_bytes,
     plural,
+    tree_bytes,
 )
 from hyperx.bandits.base import BanditSpec, Learner, delayed
 from hyperx.envs.bandits import BanditEnv
@@ -285,7 +286,8 @@ def run_bandit(
     seed_keys = _seed_keys(seed, num_seeds, first_seed)
     all_keys = jnp.tile(seed_keys, (num_points, 1))
     all_hparams = {name: jnp.repeat(jnp.asarray(v), num_seeds) for name, v in grid_values.items()}
-    run_bytes = _state_bytes(init_runs, all_keys[:1], {k: v[:1] for k, v in all_hparams.items()})
+    run_bytes = tree_bytes(jax.eval_shape(init_runs, all_keys[:1],
+                                          {k: v[:1] for k, v in all_hparams.items()}))
     if group_size == "auto":
         group = max(1, CACHE_BYTES // max(run_bytes, 1))
     elif group_size is None:
@@ -326,19 +328,14 @@ def run_bandit(
     )
 
 
-def _state_bytes(init_runs: Callable, keys: Any, hparams: dict[str, Any]) -> int:
-    """Bytes of the run state ``init_runs(keys, hparams)`` would allocate (shapes only)."""
-    return sum(leaf.size * leaf.dtype.itemsize
-               for leaf in jax.tree.leaves(jax.eval_shape(init_runs, keys, hparams)))
-
-
 def check_run_memory(env: BanditEnv, learner: Learner, horizon: int,
                      update_every: int = 1) -> None:
     """Raise ``ValueError`` with the estimate when ONE run of ``learner`` on ``env`` cannot
     fit in device memory (three times its state, as in :func:`run_bandit`), from shapes only:
     a command checks this before any work; ``run_bandit`` then sizes its groups."""
     init_runs, _ = _bandit_functions(env, learner, horizon, update_every, (horizon,), False)
-    run_bytes = _state_bytes(init_runs, jax.ShapeDtypeStruct((1, 2), jnp.uint32), {})
+    run_bytes = tree_bytes(jax.eval_shape(init_runs, jax.ShapeDtypeStruct((1, 2), jnp.uint32),
+                                          {}))
     check_memory(f"run state ({format_bytes(run_bytes)} per run)", 3 * run_bytes,
                  device_memory_bytes(), "device memory")
 

@@ -158,6 +158,10 @@ def route(logits: jax.Array, config: MoEConfig,
     return gates, experts
 
 
+def _weights(shape: tuple[int, ...], mask: jax.Array | None) -> jax.Array:
+    return jnp.ones(shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+
+
 def load_balance_loss(router_probs: jax.Array, experts: jax.Array, num_experts: int,
                       mask: jax.Array | None = None) -> jax.Array:
     """The Switch Transformer auxiliary loss ``E sum_e f_e P_e`` (Fedus et al. 2021, eq. 4).
@@ -168,8 +172,7 @@ def load_balance_loss(router_probs: jax.Array, experts: jax.Array, num_experts: 
     """
     check_num_experts("router_probs", router_probs, num_experts)
     check_index("experts", experts, num_experts)
-    shape = router_probs.shape[:-1]
-    w = jnp.ones(shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+    w = _weights(router_probs.shape[:-1], mask)
     n = jnp.maximum(jnp.sum(w), 1.0)
     counts = jax.nn.one_hot(experts, num_experts, dtype=jnp.float32).sum(-2)  # [..., E]
     f = jnp.einsum("...e,...->e", counts, w) / (n * experts.shape[-1])
@@ -186,10 +189,6 @@ def router_entropy(router_probs: jax.Array, mask: jax.Array | None = None) -> ja
         return jnp.mean(h)
     w = mask.astype(jnp.float32)
     return jnp.sum(h * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-
-def _weights(shape: tuple[int, ...], mask: jax.Array | None) -> jax.Array:
-    return jnp.ones(shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
 
 
 def routing_flips(*, experts_a: jax.Array, experts_b: jax.Array) -> jax.Array:

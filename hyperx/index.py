@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import numbers
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from hyperx import threefry
-from hyperx._validation import check_choice, check_key, check_memory, device_memory_bytes
+from hyperx._validation import check_choice, check_int, check_key, check_memory, device_memory_bytes
 
 INDEX_NAMES: tuple[str, ...] = ("gaussian", "sphere", "scaled_sphere", "coordinate", "one_hot",
                                 "cube")
@@ -119,8 +118,7 @@ def make_index(name: str, dim: int) -> IndexDistribution:
     positive int.
     """
     check_choice("name", name, INDEX_NAMES)
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim <= 0:
-        raise ValueError(f"dim: expected a positive int, got {dim!r}")
+    check_int("dim", dim)
     dim = int(dim)
     enumerable = name in ("coordinate", "one_hot") or (name == "cube"
                                                        and dim <= MAX_CUBE_ENUM_DIM)

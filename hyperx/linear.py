@@ -174,8 +174,7 @@ def _prior(dim: int, prior_var: float, prior_mean, prior_cov):
     NumPy, not JAX: a model built while a function is being traced (the bandit learners build
     theirs inside their functions, from d) must not capture that trace's values.
     """
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
-        raise ValueError(f"dim: expected a positive int, got {dim!r}")
+    check_int("dim", dim)
     check_positive("prior_var", prior_var)
     # the float64 covariance and its float32 copy and Cholesky factor built below
     check_memory(f"dim = {dim}", 16 * dim * dim, host_memory_bytes(),
@@ -299,8 +298,7 @@ def gaussian_update(mu: jax.Array, sigma: jax.Array, x: jax.Array, y: jax.Array,
 
 
 def _check_common(index_dim: int, noise_std: float, index: str) -> None:
-    if isinstance(index_dim, bool) or not isinstance(index_dim, int) or index_dim <= 0:
-        raise ValueError(f"index_dim: expected a positive int, got {index_dim!r}")
+    check_int("index_dim", index_dim)
     check_positive("noise_std", noise_std)
     check_choice("index", index, INDEX_NAMES)
 

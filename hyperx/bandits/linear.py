@@ -152,8 +152,7 @@ def ensemble_pp(index_dim: int = 16, *, index: str = "gaussian", noise_std: floa
 
     State: :class:`PosteriorLearnerState`.
     """
-    if isinstance(index_dim, bool) or not isinstance(index_dim, int) or index_dim <= 0:
-        raise ValueError(f"index_dim: expected a positive int (M >= 1), got {index_dim!r}")
+    check_int("index_dim", index_dim)
     check_choice("index", index, INDEX_NAMES)
     return _posterior_learner(
         lambda dim: linear.ensemble_pp_posterior(dim, index_dim, noise_std=noise_std,

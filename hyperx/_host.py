@@ -93,24 +93,27 @@ def _commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+def installed_version(name: str) -> str | None:
+    """The version of the installed distribution ``name`` (read without importing it), or
+    ``None`` when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def environment() -> dict[str, Any]:
     """What a run ran on, for ``run.json`` and ``summary.json``: the versions of hyperx, Python
     and :data:`VERSIONED`, jax's backend, device kind and counts, and the commit."""
-    from importlib import metadata
-
     import jax
 
     import hyperx
 
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
-
     devices = jax.devices()
     return {"hyperx": hyperx.__version__, "python": platform.python_version(),
-            **{name: version(name) for name in VERSIONED},
+            **{name: installed_version(name) for name in VERSIONED},
             "backend": jax.default_backend(), "device_kind": devices[0].device_kind,
             "device_count": len(devices), "process_count": jax.process_count(),
             "commit": _commit()}

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 import hyperx
+from hyperx._host import installed_version
 from hyperx.commands import atari, bandit, deepsea, demo, games, llm, plot
 from hyperx.commands._args import OneLineParser
 
@@ -35,16 +36,9 @@ COMMANDS = (demo, plot, deepsea, bandit, llm, atari, games)
 def version_line() -> str:
     """``hyperx 0.1.0 (Python 3.11.7, jax 0.10.2, jaxlib 0.10.2)``: what ``--version`` prints,
     read from the installed distributions (without importing jax)."""
-    from importlib import metadata
-
-    def installed(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
+    jax, jaxlib = (installed_version(name) or "not installed" for name in ("jax", "jaxlib"))
     return (f"hyperx {hyperx.__version__} (Python {platform.python_version()}, "
-            f"jax {installed('jax')}, jaxlib {installed('jaxlib')})")
+            f"jax {jax}, jaxlib {jaxlib})")
 
 
 def build_parser() -> argparse.ArgumentParser:

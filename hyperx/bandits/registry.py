@@ -28,11 +28,6 @@ from hyperx.bandits.neural_core import NeuralConfig
 LearnerFactory = Callable[..., Learner]
 
 
-def _exact_ts(spec: BanditSpec, noise_std: float = 1.0, prior_var: float = 10.0) -> Learner:
-    del spec
-    return linear.exact_ts(noise_std=noise_std, prior_var=prior_var)
-
-
 def _ensemble_pp(spec: BanditSpec, M: int = 16, index: str = "gaussian",  # noqa: N803
                  noise_std: float = 1.0, prior_var: float = 10.0) -> Learner:
     del spec
@@ -46,29 +41,20 @@ def _linucb(spec: BanditSpec, alpha: float | None = None, confidence: str = "fix
                          prior_var=prior_var)
 
 
-def _logistic_ts(spec: BanditSpec, prior_var: float = 10.0) -> Learner:
-    del spec
-    return glm.logistic_ts(prior_var=prior_var)
-
-
 def _epsilon_greedy(spec: BanditSpec, epsilon: float = 0.1, mean: str = "ridge",
                     ridge: float = 1.0) -> Learner:
     del spec
     return baselines.epsilon_greedy(epsilon, mean=mean, ridge=ridge)
 
 
-def _uniform(spec: BanditSpec) -> Learner:
-    del spec
-    return baselines.uniform_random()
-
-
 LEARNERS: dict[str, LearnerFactory] = {
-    "exact_ts": _exact_ts,
+    "exact_ts": lambda spec, noise_std=1.0, prior_var=10.0: linear.exact_ts(
+        noise_std=noise_std, prior_var=prior_var),
     "linucb": _linucb,
     "ensemble_pp": _ensemble_pp,
-    "logistic_ts": _logistic_ts,
+    "logistic_ts": lambda spec, prior_var=10.0: glm.logistic_ts(prior_var=prior_var),
     "epsilon_greedy": _epsilon_greedy,
-    "uniform": _uniform,
+    "uniform": lambda spec: baselines.uniform_random(),
 }
 
 

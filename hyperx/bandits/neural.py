@@ -42,7 +42,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hyperx._validation import check_choice, check_int, check_positive
+from hyperx._validation import check_choice, check_int, check_positive, check_range
 from hyperx.bandits.base import Learner
 from hyperx.bandits.neural_core import (
     Batch,
@@ -372,8 +372,7 @@ def neural_ts(*, nu: float = 1.0, ridge: float = 1.0,
 def neural_epsilon_greedy(epsilon: float = 0.1, *,
                           config: NeuralConfig = DEFAULT_CONFIG) -> Learner:
     """Greedy on the MLP's mean; a uniformly random arm with probability ``epsilon``."""
-    if not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon: expected a probability in [0, 1], got {epsilon}")
+    check_range("epsilon", epsilon, 0.0, 1.0)
     check_config(config)
     module = MeanMLP(tuple(config.hidden))
 

@@ -662,11 +662,9 @@ def make_trainer(train_lm: LanguageModel, rollout_lm: LanguageModel, task: Task,
         new_log_prob, _ = log_prob_and_sum_sq(logits=new_logits, tokens=batch.rollout.tokens)
         moved = mismatch_metrics(train_log_prob=new_log_prob,
                                  rollout_log_prob=scores.old_log_prob, response_mask=mask)
-        eps_lo = eps_hi = config.objective.clip_eps
-        if config.objective.clip_eps_high is not None:
-            eps_hi = config.objective.clip_eps_high
+        eps_lo, eps_hi = config.objective.clip_eps, config.objective.clip_eps_high
         ratio = jnp.exp(new_log_prob - scores.old_log_prob)
-        outside = (ratio < 1.0 - eps_lo) | (ratio > 1.0 + eps_hi)
+        outside = (ratio < 1.0 - eps_lo) | (ratio > 1.0 + (eps_lo if eps_hi is None else eps_hi))
         scale = _schedule_scale(opt_state)
         rewards = scores.rewards
         r_group = rewards.reshape(g, n)

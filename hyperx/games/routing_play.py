@@ -57,6 +57,7 @@ from hyperx.games.learners import (
     exp3p_rates,
     exp3p_step,
 )
+from hyperx.games.play import _draw
 from hyperx.games.routing import (
     RoutingGame,
     deviation_travel_times,
@@ -415,12 +416,6 @@ class RoutingRounds(NamedTuple):
     regret: Array            # (T, M) cumulative realised regret of each controlled player
     relative_delay: Array    # (T,) the authors' congestion measure
     total_travel_time: Array  # (T,)
-
-
-def _draw(key: Array, probs: Array) -> Array:
-    cdf = jnp.cumsum(probs)
-    u = jax.random.uniform(key, (), cdf.dtype) * cdf[-1]
-    return jnp.minimum(jnp.sum(cdf <= u), probs.shape[0] - 1).astype(jnp.int32)
 
 
 def play_routing(game: RoutingGame, s: Setting, population: Population,

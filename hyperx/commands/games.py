@@ -194,7 +194,7 @@ def _games(args: argparse.Namespace, num_actions: tuple[int, ...], start: int, s
                       for s in range(start, stop)])
 
 
-def _players(args: argparse.Namespace, text: str, num_actions: tuple[int, ...]) -> list[str]:
+def _players(args: argparse.Namespace, text: str) -> list[str]:
     """The learner of each player whose regret a part records (routing: the controlled
     players, all running the matchup's one learner)."""
     if args.game == "sioux_falls":
@@ -202,7 +202,7 @@ def _players(args: argparse.Namespace, text: str, num_actions: tuple[int, ...]) 
     return text.split(":")
 
 
-def _expected_rows(args: argparse.Namespace, text: str, players: list[str], block: Block,
+def _expected_rows(text: str, players: list[str], block: Block,
                    checkpoints: np.ndarray) -> list[tuple]:
     """The identifying columns of one part's rows: matchup, player, learner, seed, t."""
     _, start, stop = block
@@ -236,7 +236,7 @@ def _run_part(args: argparse.Namespace, num_actions: tuple[int, ...], text: str,
             else:
                 gaps = jax.vmap(cce_gap)(games, result.mean_joint)
     seconds = time.perf_counter() - begin
-    names = _players(args, text, num_actions)
+    names = _players(args, text)
     parts.write(block, ((text, i + 1, names[i], start + s, int(checkpoints[c]),
                          float(regret[s, c, i])) for s, c, i in np.ndindex(regret.shape)),
                 {"wall_time_s": seconds, "compile_time_s": min(compiling.seconds, seconds),
@@ -300,7 +300,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     def expected(block: Block) -> list[tuple]:
         text = matchups[block[0]][0]
-        return _expected_rows(args, text, _players(args, text, num_actions), block, checkpoints)
+        return _expected_rows(text, _players(args, text), block, checkpoints)
 
     todo = parts.todo(expected)
     from hyperx.games.play import make_play_seeds
@@ -316,7 +316,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     parts.run(run, todo, lambda block: _run_part(
         args, num_actions, matchups[block[0]][0], programs[block[0]], block, checkpoints,
         parts), progress=None if args.quiet else "games")
-    summary = _write_outputs(parts, args, matchups, num_actions, checkpoints)
+    summary = _write_outputs(parts, args, matchups, checkpoints)
     if routing:
         summary["equilibrium_relative_delay"] = equilibrium_delay
         write_summary_json(out, summary)
@@ -342,7 +342,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(parts: Parts, args: argparse.Namespace, matchups: list,
-                   num_actions: tuple[int, ...], checkpoints: np.ndarray) -> dict[str, Any]:
+                   checkpoints: np.ndarray) -> dict[str, Any]:
     """Join the parts on disk (each checked by :meth:`Parts.read`) into regret.csv,
     summary.json and regret.png; returns the summary."""
     out = parts.out
@@ -350,24 +350,23 @@ def _write_outputs(parts: Parts, args: argparse.Namespace, matchups: list,
     summary["gap"] = {"general_sum": "cce_gap", "sioux_falls": "relative_delay"}.get(
         args.game, "nash_conv")
     summary["matchups"] = {}
-    parts.join("regret.csv", lambda writer: _join_parts(parts, args, matchups, num_actions,
-                                                        checkpoints, writer, summary))
+    parts.join("regret.csv", lambda writer: _join_parts(parts, args, matchups, checkpoints,
+                                                        writer, summary))
     write_summary_json(out, summary)
     plot_games_csv(out)
     return summary
 
 
 def _join_parts(parts: Parts, args: argparse.Namespace, matchups: list,
-                num_actions: tuple[int, ...], checkpoints: np.ndarray, writer: Any,
-                summary: dict[str, Any]) -> None:
+                checkpoints: np.ndarray, writer: Any, summary: dict[str, Any]) -> None:
     """Copy every part's rows to ``writer`` and add each matchup's results to ``summary``."""
     for i, (text, _) in enumerate(matchups):
-        players = _players(args, text, num_actions)
+        players = _players(args, text)
         finals: list[list[float]] = [[] for _ in players]
         gaps, seconds, compiling, seed_rounds = [], 0.0, 0.0, 0
         for block in parts.of(i):
             rows, values, meta = parts.read(block, _expected_rows(
-                args, text, players, block, checkpoints))
+                text, players, block, checkpoints))
             writer.writerows(rows)
             for row, value in zip(rows, values, strict=True):
                 if int(row[4]) == args.steps:

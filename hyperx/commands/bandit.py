@@ -183,11 +183,6 @@ def _check_sizes(args: argparse.Namespace, num_agents: int, num_points: int) -> 
                      shutil.disk_usage(disk).free, "disk for regret.csv and its parts")
 
 
-def _parts(out: Path, args: argparse.Namespace, num_agents: int) -> Parts:
-    return Parts(out, "agent", num_agents, args.seeds, args.seeds_per_part,
-                 columns=CSV_COLUMNS, meta_keys=TIMING_KEYS)
-
-
 def _expected_rows(name: str, config: str, block: Block, checkpoints: np.ndarray):
     """The identifying columns of one part's rows: agent, config, seed, t."""
     _, start, stop = block
@@ -246,7 +241,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         return run.dry_run(memory=memory, work=[_work(args, env, len(agents))])
     run.open(rebuild=True)
     out = run.out
-    parts = _parts(out, args, len(agents))
+    parts = Parts(out, "agent", len(agents), args.seeds, args.seeds_per_part,
+                  columns=CSV_COLUMNS, meta_keys=TIMING_KEYS)
     todo = parts.todo(lambda block: _expected_rows(*agents[block[0]][:2], block, checkpoints))
     programs: dict[int, BanditProgram] = {}  # one compiled program per agent, for its parts
 

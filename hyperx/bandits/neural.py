@@ -237,7 +237,6 @@ def neural_ensemble_pp(index_dim: int = 8, *, sigma: float = 0.01, prior_scale: 
 
     ``torso_init``, ``factor_init``, ``mean_bias`` and ``factor_bias`` switch the differences
     from the reference code (see :func:`ensemble_pp_model`; the defaults are ours)."""
-    check_config(config)
     model = ensemble_pp_model(index_dim, sigma=sigma, prior_scale=prior_scale,
                               posterior_scale=posterior_scale, hidden=config.hidden,
                               torso_init=torso_init, factor_init=factor_init,
@@ -256,7 +255,6 @@ def neural_hyperagent(index_dim: int = 4, *, num_indices: int = 16, sigma: float
     sphere index the spread over xi is about 1/sqrt(M) of a posterior's (as in the reference).
     """
     _check_common(index_dim, sigma)
-    check_config(config)
     head = HypermodelHead(1, index_dim, torso=MLPTorso(config.hidden), prior_torso="copy",
                           prior_scale=prior_scale, posterior_scale=posterior_scale)
     dist = make_index("sphere", index_dim)
@@ -270,7 +268,6 @@ def neural_ensemble_plus(num_members: int = 8, *, sigma: float = 0.01, prior_sca
     frozen random priors p_m; each gradient step trains every member on every sample (member m's
     target is perturbed by ``sigma z_m``)."""
     _check_common(num_members, sigma, "num_members")
-    check_config(config)
     head = RandomPriorEnsembleHead(1, num_members, widths=config.hidden, prior_scale=prior_scale)
     support = make_index("one_hot", num_members).support()
     model = _indexed_model(make_network(head), make_index("one_hot", num_members),
@@ -283,7 +280,6 @@ def neural_epinet(index_dim: int = 8, *, num_indices: int = 16, sigma: float = 0
     """Epinet (Osband et al., NeurIPS 2023): ``f(x, z) = mu(x) + sigma_L(sg(phi(x)), x, z) +
     prior_scale sigma_P(sg(phi(x)), x, z)``, z ~ N(0, I_M)."""
     _check_common(index_dim, sigma)
-    check_config(config)
     head = EpinetHead(1, index_dim, torso=MLPTorso(config.hidden), prior_scale=prior_scale)
     dist = make_index("gaussian", index_dim)
     model = _indexed_model(make_network(head), dist, _sampled(dist, num_indices), sigma)
@@ -373,7 +369,6 @@ def neural_epsilon_greedy(epsilon: float = 0.1, *,
                           config: NeuralConfig = DEFAULT_CONFIG) -> Learner:
     """Greedy on the MLP's mean; a uniformly random arm with probability ``epsilon``."""
     check_range("epsilon", epsilon, 0.0, 1.0)
-    check_config(config)
     module = MeanMLP(tuple(config.hidden))
 
     def scores(params, extra, key: Array, x: Array) -> Array:

@@ -131,10 +131,7 @@ class AtariSpec:
         check_int("num_envs", self.num_envs)
         check_int("noop_max", self.noop_max, low=0)
         check_int("max_episode_frames", self.max_episode_frames)
-        if not isinstance(self.seed, int | np.integer) or isinstance(self.seed, bool) \
-                or not 0 <= self.seed < 2**31 - self.num_envs:
-            raise ValueError(f"seed: expected an integer in [0, 2**31 - num_envs), "
-                             f"got {self.seed!r}")
+        check_int("seed", self.seed, low=0, high=2**31 - 1 - self.num_envs)
 
 
 class AtariStep(NamedTuple):

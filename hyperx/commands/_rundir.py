@@ -174,8 +174,11 @@ def saved_run(args: argparse.Namespace, command: str) -> argparse.Namespace:
     return run
 
 
-def read_summary(path: Path) -> dict:
-    """A run's ``summary.json`` as a dict; ``ValueError`` naming the file otherwise."""
+def read_summary(path: Path) -> dict | None:
+    """A run's ``summary.json`` as a dict, ``None`` when there is none; ``ValueError`` naming
+    the file when it is not a JSON object."""
+    if not path.exists():
+        return None
     try:
         meta = json.loads(path.read_text())
     except ValueError:

@@ -380,12 +380,9 @@ def plot_regret_csv(directory: str | Path) -> Path:
             raise ValueError(f"{path}: {label} has {len(v)} rows, not a whole number of seeds "
                              f"of {t.size} checkpoints")
     curves = {label: np.reshape(v, (-1, t.size)) for label, v in values.items()}
-    title = ""
-    summary = directory / "summary.json"
-    if summary.exists():
-        meta = read_summary(summary)
-        title = (f"{meta.get('env_name', '?')}: d={meta.get('dim', '?')}, "
-                 f"K={meta.get('arms', '?')}, {meta.get('seeds', '?')} seeds")
+    meta = read_summary(directory / "summary.json")
+    title = "" if meta is None else (f"{meta.get('env_name', '?')}: d={meta.get('dim', '?')}, "
+                                     f"K={meta.get('arms', '?')}, {meta.get('seeds', '?')} seeds")
     plot_bands(t, curves, directory / "regret.png", ylabel="cumulative expected regret",
                title=title)
     return directory / "regret.png"

@@ -275,11 +275,9 @@ def read_returns(path: str | Path) -> np.ndarray:
 def plot_returns_csv(directory: str | Path) -> Path:
     """Redraw ``deepsea.png`` in ``directory`` from its ``returns.csv``; returns the path."""
     directory = Path(directory)
-    summary = directory / "summary.json"
-    title = "DeepSea"
-    if summary.exists():
-        meta = read_summary(summary)
-        title = f"{meta.get('agent', '?')} on DeepSea({meta.get('size', '?')})"
+    meta = read_summary(directory / "summary.json")
+    title = ("DeepSea" if meta is None
+             else f"{meta.get('agent', '?')} on DeepSea({meta.get('size', '?')})")
     path = directory / "deepsea.png"
     plot_returns(read_returns(directory / "returns.csv"), str(path), title)
     return path

@@ -397,9 +397,9 @@ def batch_memory_bytes(lm: LanguageModel, task: Task, batch: int, *, extra_token
 
 
 def _check_batch_memory(name: str, lm: LanguageModel, task: Task, batch: int,
-                        extra_tokens: int, train: bool, what: str) -> None:
+                        extra_tokens: int, train: bool, what: str, extra_bytes: int = 0) -> None:
     check_memory(name, batch_memory_bytes(lm, task, batch, extra_tokens=extra_tokens,
-                                          train=train),
+                                          train=train) + extra_bytes,
                  device_memory_bytes(), f"device memory for {what} "
                  f"({plural(batch, 'sequence', fmt=',')} of "
                  f"{plural(task.prompt_len + task.answer_len + extra_tokens, 'token', fmt=',')})")
@@ -829,12 +829,8 @@ def supervised_warmup(lm: LanguageModel, params, task: Task, key: jax.Array, *, 
     check_int("steps", steps)
     check_int("batch_size", batch_size)
     # a step's batch, plus the per-step keys and losses of the one scan
-    check_memory(f"steps = {steps}, batch_size = {batch_size}",
-                 batch_memory_bytes(lm, task, batch_size, extra_tokens=0) + 12 * steps,
-                 device_memory_bytes(), f"device memory for "
-                 f"{plural(steps, 'warm-up step', fmt=',')} of "
-                 f"{plural(batch_size, 'sequence', fmt=',')} of "
-                 f"{plural(task.prompt_len + task.answer_len, 'token', fmt=',')}")
+    _check_batch_memory(f"steps = {steps}, batch_size = {batch_size}", lm, task, batch_size, 0,
+                        True, plural(steps, "warm-up step", fmt=","), extra_bytes=12 * steps)
     tx = optax.adam(learning_rate)
 
     def loss(p, prompts, answers):

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_int, check_positive
+from hyperx._validation import check_int, check_positive, check_shape
 
 Array = jax.Array
 
@@ -275,11 +275,9 @@ def best_response_equilibrium(game: RoutingGame, movable: Array | None = None,
     check_positive("rtol", rtol, allow_zero=True)
     n = game.num_players
     movable = jnp.ones(n, bool) if movable is None else jnp.asarray(movable, bool)
-    if movable.shape != (n,):
-        raise ValueError(f"movable: expected shape ({n},), got {movable.shape}")
+    check_shape("movable", movable, (n,))
     actions = jnp.zeros(n, jnp.int32) if actions is None else jnp.asarray(actions, jnp.int32)
-    if actions.shape != (n,):
-        raise ValueError(f"actions: expected shape ({n},), got {actions.shape}")
+    check_shape("actions", actions, (n,))
     valid = jnp.arange(game.routes.shape[1]) < game.num_routes[:, None]
 
     def visit(i, carry):

@@ -1,0 +1,302 @@
+"""Freeway from the same initial weights: the authors' HyperAgent code against ours.
+
+For each seed N: our ``hyperagent`` Atari agent's initial weights for a one-seed run with base
+seed N (``agent.init(fold_in(PRNGKey(N), 0))``, what ``train_atari(..., seeds=1, seed=N)`` and
+``benchmarks/atari_parity.py --only-seeds N`` start from) are
+
+* (a) mapped to the authors' ``HyperAgentNet`` (``hyperagent_ref_env.reference_state``) and
+  (b) loaded into their model inside THEIR ``run_atari.py`` run with ``run_HyperAgent.sh``'s
+  arguments and ``--seed N --task FreewayNoFrameskip-v4`` (``hyperagent_ref_peer.py train``,
+  in their venv; every run-time change is listed there);
+* (d) trained by OUR trainer, ``hyperx.agents.atari.train_atari`` (envpool, one game, no
+  evaluations: they do not touch the training stream), from the same weights.
+
+(c) Every ``--every`` agent steps, for both codes (``seed{N}/progress_{ours,reference}.json``):
+``q_std``, the standard deviation over the 64 probe indices of ``Q(s, a, z)``, per action,
+averaged over the probe frames (``q_std_per_frame`` keeps each frame); ``up_share``, the share
+of UP among the last ``--every`` training actions; ``first_reward_step``, the agent step of
+the first non-zero training reward; the finished training games; the wall time. Both codes
+act uniformly at random for their first 2000 steps, so ``up_share`` is about 1/3 there.
+
+The probe (``probe.npz`` in ``--out-dir``, made once): the first frame stack of a Freeway game
+on our envpool backend (the start frame) and 7 more, one every 50 steps of a uniformly random
+trajectory, as ``benchmarks/atari_parity.fixed_action_share_at_init``; 64 probe indices and
+256 scan indices, Gaussian N(0, I_4) from NumPy's generator seeded 0 (both codes read
+``z / |z|``).
+
+``--find-averse K``: the seeds 0 .. K-1 whose greedy action at the start frame is UP for at
+most ``--averse-share`` of the 256 scan indices at initialisation ("UP-averse at init"),
+written to ``averse.json``; with ``--seeds averse`` the run takes those seeds.
+
+Outputs are per (seed, code): a finished one is skipped when the command is run again, an
+unfinished one starts over (neither code's run is checkpointed). The two codes run one after
+the other, never at once (this machine's two cores).
+
+Usage: ``nice python benchmarks/freeway_same_init.py --seeds 0 2 3 7 --steps 20000 --every 1000
+--out-dir benchmarks/results/freeway_same_init`` (``--codes ours`` or ``reference`` for one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import hyperagent_ref_env  # noqa: E402
+
+GAME = "Freeway"
+ACTIONS = 3  # NOOP, UP, DOWN (ALE's minimal set)
+UP = 1
+PROBE_INDICES, SCAN_INDICES, PROBE_FRAMES = 64, 256, 8
+CODES = ("reference", "ours")
+PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hyperagent_ref_peer.py")
+
+
+def _write(path: str, record: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
+
+
+def make_probe(path: str) -> dict[str, np.ndarray]:
+    """The probe frames (8, 4, 84, 84) uint8 (frame 0: a game's start) and indices (64 probe,
+    256 scan), written to ``path`` once and read back after."""
+    if not os.path.exists(path):
+        from hyperx.envs.atari import make_atari
+
+        env = make_atari(GAME, num_envs=1, seed=0, training=True)
+        obs, _ = env.reset(seed=0)
+        frames = [np.asarray(obs)[0]]
+        rng = np.random.default_rng(0)
+        for t in range(50 * (PROBE_FRAMES - 1)):
+            obs, *_ = env.step(rng.integers(0, ACTIONS, 1))
+            if t % 50 == 49:
+                frames.append(np.asarray(obs)[0])
+        env.close()
+        indices = np.random.default_rng(0).normal(
+            size=(PROBE_INDICES + SCAN_INDICES, 4)).astype(np.float32)
+        np.savez(path, frames=np.stack(frames).astype(np.uint8),
+                 indices=indices[:PROBE_INDICES], scan_indices=indices[PROBE_INDICES:])
+    with np.load(path) as f:
+        return {k: np.array(f[k]) for k in f.files}
+
+
+@functools.lru_cache(maxsize=1)
+def _network():
+    import jax
+
+    from hyperx.agents.config import get_config
+    from hyperx.agents.core import make_head, make_torso
+    from hyperx.heads import make_network
+
+    config = get_config("hyperagent", env="atari")
+    network = make_network(make_head(config, ACTIONS, make_torso(config)))
+    return config, jax.jit(network.apply)
+
+
+def our_init(seed: int) -> tuple[dict, dict]:
+    """(params, prior) of our ``hyperagent`` Atari agent at initialisation for base seed
+    ``seed`` (the agent key ``fold_in(PRNGKey(seed), 0)``)."""
+    import jax.numpy as jnp
+
+    from hyperx.agents.core import make_agent
+    from hyperx.agents.keys import run_key
+    from hyperx.envs.atari import OBS_SHAPE
+
+    config, _ = _network()
+    agent = make_agent(config, ACTIONS, jnp.zeros(OBS_SHAPE, jnp.uint8), step_budget=64)
+    state = agent.init(run_key(seed, 0))
+    return state.params, state.prior
+
+
+def q_values(params: dict, prior: dict, frames: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Our ``Q(s_b, a, z_k)``, (B, K, A)."""
+    import jax.numpy as jnp
+
+    _, apply = _network()
+    return np.asarray(apply({"params": params, "prior": prior}, jnp.asarray(frames),
+                            jnp.asarray(indices)))
+
+
+def up_share_at_start(params: dict, prior: dict, probe: dict) -> float:
+    """Share of the 256 scan indices whose greedy action at the start frame is UP."""
+    q = q_values(params, prior, probe["frames"][:1], probe["scan_indices"])[0]  # (K, A)
+    return float(np.mean(np.argmax(q, -1) == UP))
+
+
+def find_averse(count: int, probe: dict, share: float, out_dir: str) -> list[int]:
+    """Seeds ``0 .. count - 1`` whose UP share at the start frame is at most ``share``;
+    every seed's share goes to ``averse.json``."""
+    shares = {}
+    for seed in range(count):
+        shares[seed] = up_share_at_start(*our_init(seed), probe)
+        print(f"seed {seed}: UP greedy for {shares[seed]:.3f} of {SCAN_INDICES} indices at the "
+              f"start frame", flush=True)
+    averse = [s for s, v in shares.items() if v <= share]
+    _write(os.path.join(out_dir, "averse.json"),
+           dict(threshold=share, indices=SCAN_INDICES, shares=shares, averse=averse))
+    return averse
+
+
+def _row(step: int, wall: float, params: dict, prior: dict, probe: dict,
+         window: np.ndarray | None) -> dict:
+    q = q_values(params, prior, probe["frames"], probe["indices"])  # (F, K, A)
+    spread = np.std(q, axis=1)
+    return dict(step=step, wall_s=wall, q_std=spread.mean(0).tolist(),
+                q_std_per_frame=spread.tolist(), q_mean=q.mean((0, 1)).tolist(),
+                up_share=None if window is None or not len(window)
+                else float(np.mean(window == UP)))
+
+
+def run_ours(seed: int, steps: int, every: int, path: str, probe: dict) -> dict:
+    """Our trainer on Freeway from our init for ``seed``, measured every ``every`` steps."""
+    import jax
+
+    from hyperx.agents.atari import train_atari
+    from hyperx.loop import Chunk
+
+    config, _ = _network()
+    start = time.perf_counter()
+    record = dict(code="ours", seed=seed, game=GAME, steps=steps, every=every,
+                  jax=jax.__version__, rows=[], episodes=[], first_reward_step=None, done=False)
+    params, prior = our_init(seed)
+    record["rows"].append(_row(0, 0.0, params, prior, probe, None))
+    record["init_up_share_at_start"] = up_share_at_start(params, prior, probe)
+    _write(path, record)
+
+    def on_chunk(chunk: Chunk) -> None:
+        agent = chunk.carry.seeds.agent  # leading seed axis of 1, stream 0 (one game)
+        first_seed = functools.partial(jax.tree.map, lambda x: np.asarray(x[0]))
+        params, prior = first_seed(agent.params), first_seed(agent.prior)
+        stored = int(np.asarray(agent.replay.stream_added)[0, 0])
+        if stored > agent.replay.data["action"].shape[2]:
+            raise RuntimeError(f"the replay wrapped ({stored} transitions); measure with "
+                               f"steps <= buffer_size")
+        data = {k: np.asarray(agent.replay.data[k][0, 0, :stored])
+                for k in ("action", "reward", "first")}
+        # envpool spends one iteration on each reset, which stores nothing: a stored slot j
+        # is agent step j + 1 plus the games started before it (after the first).
+        step_of = np.arange(1, stored + 1) + np.cumsum(data["first"]) - 1
+        nonzero = np.flatnonzero(data["reward"] != 0)
+        if record["first_reward_step"] is None and nonzero.size:
+            record["first_reward_step"] = int(step_of[nonzero[0]])
+        record["episodes"].extend(dict(step=e["env_step"], score=e["score"])
+                                  for e in chunk.metrics["episodes"])
+        record["rows"].append(_row(chunk.done, time.perf_counter() - start, params, prior,
+                                   probe, data["action"][-every:]))
+        record["rows"][-1]["steps_per_s"] = chunk.metrics["steps_per_s"]
+        _write(path, record)
+
+    train_atari(config, GAME, steps=steps, seeds=1, seed=seed, eval_episodes=0,
+                eval_every=steps, chunk_steps=every, on_chunk=on_chunk)
+    record["done"], record["wall_s"] = True, time.perf_counter() - start
+    _write(path, record)
+    return record
+
+
+def run_reference(seed: int, steps: int, every: int, path: str, probe_path: str,
+                  threads: int) -> dict:
+    """The authors' run_atari.py on Freeway from our init for ``seed`` (their venv)."""
+    python, checkout = hyperagent_ref_env.ensure()
+    folder = os.path.dirname(path)
+    state = os.path.join(folder, "init_reference_state.npz")
+    hyperagent_ref_env.save_state(state, *our_init(seed))
+    with open(os.path.join(folder, "reference_stdout.log"), "w") as log:
+        subprocess.run([python, PEER, "train", "--checkout", checkout, "--state", state,
+                        "--probe", probe_path, "--out", path, "--seed", str(seed),
+                        "--steps", str(steps), "--every", str(every), "--game", GAME,
+                        "--threads", str(threads)],
+                       check=True, env=hyperagent_ref_env.environ(), stdout=log,
+                       stderr=subprocess.STDOUT)
+    with open(path) as f:
+        record = json.load(f)
+    record["versions"] = hyperagent_ref_env.versions(python)
+    _write(path, record)
+    return record
+
+
+def _done(path: str) -> bool:
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        return bool(json.load(f).get("done"))
+
+
+def _summary(record: dict) -> str:
+    rows = record["rows"]
+    last = rows[-1]
+    span = [r for r in rows if r["step"] > 0]
+    rate = ""
+    if len(span) >= 2:
+        seconds = span[-1]["wall_s"] - span[0]["wall_s"]
+        rate = (f", {1000 * seconds / (span[-1]['step'] - span[0]['step']):.1f} s per 1000 "
+                "steps after the first measurement")
+    return (f"step {last['step']}: q_std {np.round(last['q_std'], 5).tolist()}, up_share "
+            f"{last['up_share']}, first reward at {record['first_reward_step']}{rate}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", nargs="+", default=["averse"],
+                        help="seed numbers, or 'averse' (those --find-averse finds)")
+    parser.add_argument("--steps", type=int, default=20_000, help="agent steps per run")
+    parser.add_argument("--every", type=int, default=1000, help="agent steps per measurement")
+    parser.add_argument("--codes", nargs="+", choices=CODES, default=list(CODES))
+    parser.add_argument("--find-averse", type=int, default=16, metavar="K",
+                        help="with --seeds averse: scan seeds 0 .. K-1")
+    parser.add_argument("--averse-share", type=float, default=0.05,
+                        help="UP-averse: UP greedy for at most this share of the 256 indices")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch's intra-op threads in the authors' run (their default is "
+                             "the number of cores)")
+    parser.add_argument("--out-dir", default="benchmarks/results/freeway_same_init")
+    args = parser.parse_args()
+    if args.steps < 1 or args.every < 1 or args.steps % args.every:
+        parser.error(f"expected --every to divide --steps (both positive), got --every "
+                     f"{args.every} --steps {args.steps}")
+    if args.steps > 100_000:
+        parser.error(f"--steps: at most 100000 (the replay our measurement reads holds "
+                     f"buffer_size transitions), got {args.steps}")
+    if not 0 <= args.averse_share <= 1:
+        parser.error(f"--averse-share: expected a share in [0, 1], got {args.averse_share}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    probe_path = os.path.join(args.out_dir, "probe.npz")
+    probe = make_probe(probe_path)
+    if args.seeds == ["averse"]:
+        seeds = find_averse(args.find_averse, probe, args.averse_share, args.out_dir)
+        print(f"UP-averse at init: {seeds}", flush=True)
+    else:
+        try:
+            seeds = [int(s) for s in args.seeds]
+        except ValueError:
+            parser.error(f"--seeds: expected integers or 'averse', got {args.seeds}")
+        if min(seeds) < 0:
+            parser.error(f"--seeds: expected non-negative seeds, got {seeds}")
+    for seed in seeds:
+        folder = os.path.join(args.out_dir, f"seed{seed}")
+        os.makedirs(folder, exist_ok=True)
+        for code in args.codes:
+            path = os.path.join(folder, f"progress_{code}.json")
+            if _done(path):
+                print(f"seed {seed} {code}: done, skipping", flush=True)
+                continue
+            print(f"seed {seed} {code}: {args.steps} steps", flush=True)
+            if code == "ours":
+                record = run_ours(seed, args.steps, args.every, path, probe)
+            else:
+                record = run_reference(seed, args.steps, args.every, path, probe_path,
+                                       args.threads)
+            print(f"seed {seed} {code}: {_summary(record)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

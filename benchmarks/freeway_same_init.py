@@ -234,12 +234,14 @@ def _done(path: str) -> bool:
 def _summary(record: dict) -> str:
     rows = record["rows"]
     last = rows[-1]
-    span = [r for r in rows if r["step"] > 0]
     rate = ""
-    if len(span) >= 2:
-        seconds = span[-1]["wall_s"] - span[0]["wall_s"]
-        rate = (f", {1000 * seconds / (span[-1]['step'] - span[0]['step']):.1f} s per 1000 "
-                "steps after the first measurement")
+    for phase, span in (("learning (after step 2000)", [r for r in rows if r["step"] >= 2000]),
+                        ("random (after the first measurement)",
+                         [r for r in rows if 0 < r["step"] <= 2000])):
+        if len(span) >= 2:
+            seconds = span[-1]["wall_s"] - span[0]["wall_s"]
+            rate += (f", {phase}: {1000 * seconds / (span[-1]['step'] - span[0]['step']):.1f}"
+                     " s per 1000 steps")
     return (f"step {last['step']}: q_std {np.round(last['q_std'], 5).tolist()}, up_share "
             f"{last['up_share']}, first reward at {record['first_reward_step']}{rate}")
 
@@ -268,19 +270,22 @@ def main() -> None:
                      f"buffer_size transitions), got {args.steps}")
     if not 0 <= args.averse_share <= 1:
         parser.error(f"--averse-share: expected a share in [0, 1], got {args.averse_share}")
-    os.makedirs(args.out_dir, exist_ok=True)
-    probe_path = os.path.join(args.out_dir, "probe.npz")
-    probe = make_probe(probe_path)
-    if args.seeds == ["averse"]:
-        seeds = find_averse(args.find_averse, probe, args.averse_share, args.out_dir)
-        print(f"UP-averse at init: {seeds}", flush=True)
-    else:
+    averse = args.seeds == ["averse"]
+    if not averse:
         try:
             seeds = [int(s) for s in args.seeds]
         except ValueError:
             parser.error(f"--seeds: expected integers or 'averse', got {args.seeds}")
         if min(seeds) < 0:
             parser.error(f"--seeds: expected non-negative seeds, got {seeds}")
+    elif args.find_averse < 1:
+        parser.error(f"--find-averse: expected a positive count, got {args.find_averse}")
+    os.makedirs(args.out_dir, exist_ok=True)
+    probe_path = os.path.join(args.out_dir, "probe.npz")
+    probe = make_probe(probe_path)
+    if averse:
+        seeds = find_averse(args.find_averse, probe, args.averse_share, args.out_dir)
+        print(f"UP-averse at init: {seeds}", flush=True)
     for seed in seeds:
         folder = os.path.join(args.out_dir, f"seed{seed}")
         os.makedirs(folder, exist_ok=True)

@@ -27,7 +27,15 @@ changes, all at run time, none of it in their code:
    returned env records each training step's action and (clipped) reward; every ``--every``
    steps it measures (below) and writes the progress JSON; after ``--steps`` steps it stops
    the run (an exception caught here), so the 100 x 20,000-step schedule is cut short.
-4. ``--logdir`` points their logs and checkpoints into the output folder.
+4. ``HyperLinear.process_noise`` gets a copy of its index tensor. It normalises the index in
+   place (``noise /= norm``) after ``noise.to(self.device)``; the indices are drawn on the
+   CPU, so on the authors' GPU (``--device cuda``) ``.to`` copies and the in-place division
+   never touches the caller's tensor, while on a CPU ``.to`` returns the tensor itself: the
+   index then changes under the graph that saved it (``learn`` calls the model and then
+   ``Q.regularization`` on the same ``noise_update``) and ``loss.backward()`` fails ("one of
+   the variables needed for gradient computation has been modified by an inplace
+   operation"). The copy is what their GPU runs did; the values are the same.
+5. ``--logdir`` points their logs and checkpoints into the output folder.
 
 The measurements, at step 0 and every ``--every`` training steps: the spread over the 64
 probe indices of ``Q(s, a, z)`` (the standard deviation over indices, per probe frame and
@@ -162,6 +170,7 @@ def train_command(args: argparse.Namespace) -> None:
     _import_checkout(args.checkout)
     import gym
     import hyperagent.env.utils as env_utils
+    import hyperagent.network.hyperagent as hyper_layers
     import hyperagent.policy as policies
     import torch
     from hyperagent_ref_env import RUN_HYPERAGENT_ARGS
@@ -217,6 +226,9 @@ def train_command(args: argparse.Namespace) -> None:
                 raise StopRun
             return obs, reward, done, info
 
+    process_noise = hyper_layers.HyperLinear.process_noise
+    hyper_layers.HyperLinear.process_noise = lambda self, noise: process_noise(self,
+                                                                               noise.clone())
     make_env = env_utils.make_atari_env
     env_utils.make_atari_env = lambda a: Recorder(make_env(a))
     policies.HyperAgentPolicy = Policy

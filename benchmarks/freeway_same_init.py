@@ -18,6 +18,14 @@ of UP among the last ``--every`` training actions; ``first_reward_step``, the ag
 the first non-zero training reward; the finished training games; the wall time. Both codes
 act uniformly at random for their first 2000 steps, so ``up_share`` is about 1/3 there.
 
+What is the same in the two runs of a seed: the weights (both networks give the same Q to
+1.2e-7 at step 0: ``tests/agents/test_hyperagent_reference_weights.py``; the step-0 rows of
+the two files agree), the probe, the hyperparameters (docs/atari.md, "Parity with the reference
+code"). What is not: the random streams (their torch and NumPy generators seeded N, our JAX
+keys: the 2000 random actions, the indices, the minibatches) and the emulator front end (their
+gym wrappers on ale-py 0.8.1, our envpool: no-op starts 1-30 against 0-29, the resize), so
+the two runs part from the first step: compare them over seeds, not step by step.
+
 The probe (``probe.npz`` in ``--out-dir``, made once): the first frame stack of a Freeway game
 on our envpool backend (the start frame) and 7 more, one every 50 steps of a uniformly random
 trajectory, as ``benchmarks/atari_parity.fixed_action_share_at_init``; 64 probe indices and
@@ -257,9 +265,10 @@ def main() -> None:
                         help="with --seeds averse: scan seeds 0 .. K-1")
     parser.add_argument("--averse-share", type=float, default=0.05,
                         help="UP-averse: UP greedy for at most this share of the 256 indices")
-    parser.add_argument("--threads", type=int, default=2,
+    parser.add_argument("--threads", type=int, default=1,
                         help="torch's intra-op threads in the authors' run (their default is "
-                             "the number of cores)")
+                             "the number of cores; on this shared two-core machine 2 threads "
+                             "took 2.6 s per learning step against 0.085 s with 1)")
     parser.add_argument("--out-dir", default="benchmarks/results/freeway_same_init")
     args = parser.parse_args()
     if args.steps < 1 or args.every < 1 or args.steps % args.every:
@@ -268,6 +277,8 @@ def main() -> None:
     if args.steps > 100_000:
         parser.error(f"--steps: at most 100000 (the replay our measurement reads holds "
                      f"buffer_size transitions), got {args.steps}")
+    if args.threads < 1:
+        parser.error(f"--threads: expected a positive number, got {args.threads}")
     if not 0 <= args.averse_share <= 1:
         parser.error(f"--averse-share: expected a share in [0, 1], got {args.averse_share}")
     averse = args.seeds == ["averse"]

@@ -24,8 +24,9 @@ changes, all at run time, none of it in their code:
    strict). Every random draw of their set-up still happens, so their RNG streams are those
    of a plain run with the same ``--seed``.
 3. ``hyperagent.env.utils.make_atari_env`` (the training env's factory) is wrapped: the
-   returned env records each training step's action and (clipped) reward; every ``--every``
-   steps it measures (below) and writes the progress JSON; after ``--steps`` steps it stops
+   returned env records each training step's action and (clipped) reward; after every
+   ``--every`` steps and their updates (when the next step is asked for) it measures (below)
+   and writes the progress JSON; once ``--steps`` steps and their updates are done it stops
    the run (an exception caught here), so the 100 x 20,000-step schedule is cut short.
 4. ``HyperLinear.process_noise`` gets a copy of its index tensor. It normalises the index in
    place (``noise /= norm``) after ``noise.to(self.device)``; the indices are drawn on the
@@ -211,6 +212,13 @@ def train_command(args: argparse.Namespace) -> None:
             self.episode_return = 0.0
 
         def step(self, action):
+            # Step t's updates follow its env step, so the row of step t is taken when step
+            # t + 1 is asked for (that step is not taken), as our trainer measures after them.
+            done_steps = len(actions)
+            if done_steps and done_steps % args.every == 0:
+                measure(done_steps)
+            if done_steps >= args.steps:
+                raise StopRun
             obs, reward, done, info = self.env.step(action)
             actions.append(int(action))
             step = len(actions)
@@ -220,10 +228,6 @@ def train_command(args: argparse.Namespace) -> None:
             if done:
                 record["episodes"].append(dict(step=step, clipped_return=self.episode_return))
                 self.episode_return = 0.0
-            if step % args.every == 0 or step >= args.steps:
-                measure(step)
-            if step >= args.steps:
-                raise StopRun
             return obs, reward, done, info
 
     process_noise = hyper_layers.HyperLinear.process_noise

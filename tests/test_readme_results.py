@@ -150,6 +150,8 @@ def _atari_phrases() -> list[str]:
 def _update_cost_phrases() -> list[str]:
     result = _load("hyperagent_update_cost.json")
     work, before = result["work"], result["baseline"]["work"]["hyperagent"]
+    loop = result["in_loop"]["median_seconds"]
+    base_loop = result["baseline"]["in_loop"]["median_seconds"]
 
     def gflops(name: str) -> str:
         return f"{work[name]['gflops']:.2f}"
@@ -162,6 +164,11 @@ def _update_cost_phrases() -> list[str]:
         f"{gflops('hyperagent_no_grad_penalty')} GFLOP, with the prior reading the learned torso "
         f"(no second CNN) {gflops('hyperagent_shared_prior_torso')}, and without both "
         f"{gflops('hyperagent_no_grad_penalty_shared_prior_torso')}",
+        f"hyperagent gradient step costs {loop['hyperagent'] * 1e3:.1f} ms against dqn's "
+        f"{loop['dqn'] * 1e3:.1f} ms ({result['in_loop']['median_ratio']:.2f}x, median of "
+        f"{len(result['in_loop']['ratio_hyperagent_to_dqn'])} rounds; "
+        f"{base_loop['hyperagent'] * 1e3:.1f} ms and "
+        f"{result['baseline']['in_loop']['median_ratio']:.2f}x with",
     ]
 
 

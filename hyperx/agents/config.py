@@ -54,7 +54,7 @@ class AgentConfig:
     (``"support"``); bootstrap indices the ``"same"`` K or one ``"fresh"`` index per
     transition (``target_index``); ``sigma``, ``beta`` (divided by |D|), ``l2``,
     ``double_q``, ``n_step``, ``gamma``; ``grad_penalty`` times ``||d/dtheta mean Q||^2``
-    (:func:`hyperx.losses.grad_sq_norm`).
+    (:func:`hyperx.losses.grad_sq_norm_with_output`).
 
     Optimisation: Adam(``learning_rate``, ``adam_eps``) after global-norm clipping at
     ``max_grad_norm`` (``None``: no clipping); ``batch_size``; ``updates_per_step`` gradient

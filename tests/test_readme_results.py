@@ -169,6 +169,8 @@ def _update_cost_phrases() -> list[str]:
         f"{len(result['in_loop']['ratio_hyperagent_to_dqn'])} rounds; "
         f"{base_loop['hyperagent'] * 1e3:.1f} ms and "
         f"{result['baseline']['in_loop']['median_ratio']:.2f}x with",
+        "scored " + ", ".join(f"{x:.1f}" for x in _load("atari_alien_check.json")["games"]
+                              ["Alien"]["hyperagent"]["evals"]["20000"]) + ", each inside",
     ]
 
 

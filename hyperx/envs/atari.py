@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import gymnasium
@@ -109,7 +110,9 @@ class AtariSpec:
     ``num_envs`` environments seeded ``seed, seed + 1, ...``, ``training`` (life loss ends
     the learner's episode, rewards clipped), ``noop_max`` no-op starts, ``sticky_actions``
     (repeat probability 0.25), ``max_episode_frames`` (108,000: 27,000 agent steps),
-    ``screen`` (full-size RGB observations, :data:`SCREEN_SHAPE`, instead of the stack)."""
+    ``screen`` (full-size RGB observations, :data:`SCREEN_SHAPE`, instead of the stack),
+    ``full_action_space`` (the ALE's 18 actions in every game instead of the game's minimal
+    set: what lets agents of several games share one network, :class:`AtariGames`)."""
 
     game: str
     backend: str = "envpool"
@@ -120,6 +123,7 @@ class AtariSpec:
     sticky_actions: bool = False
     max_episode_frames: int = MAX_EPISODE_FRAMES
     screen: bool = False
+    full_action_space: bool = False
 
     def __post_init__(self) -> None:
         check_choice("backend", self.backend, BACKENDS)
@@ -246,24 +250,46 @@ class AtariEnv(gymnasium.vector.VectorEnv):
         """``(carry, step)``: resets the games and returns the compiled face, where
         ``step(carry, actions) -> (carry, AtariStep)`` is pure (inside ``jit``/``scan``)
         and the first observation is :attr:`first_obs`."""
+        carry, send, recv = self.xla_halves()
+        return carry, lambda c, actions: recv(send(c, actions))
+
+    def xla_halves(self) -> tuple[EnvCarry, Any, Any]:
+        """:meth:`xla`'s step in two halves, ``send(carry, actions) -> sent`` (the emulators
+        start) and ``recv(sent) -> (carry, AtariStep)`` (wait for them), so that several
+        pools can step at once (:class:`AtariGames`). On ale-py, whose XLA face has only
+        the whole step, ``send`` keeps the actions and ``recv`` steps."""
         obs, info = self.reset()
         self.first_obs = obs
         training = self.spec_.training
-        if self.spec_.backend == "ale":
-            handle, _, raw_step = self._env.xla()
-        else:
-            handle, _, _, raw_step = self._env.xla()
+        face = self._env.xla()
 
-        def step(carry: EnvCarry, actions: Array) -> tuple[EnvCarry, AtariStep]:
-            handle, (obs, reward, term, trunc, info) = raw_step(
-                carry.handle, actions.astype(jnp.int32))
+        def finish(carry: EnvCarry, handle: Array, raw: tuple) -> tuple[EnvCarry, AtariStep]:
+            obs, reward, term, trunc, info = raw
             out = postprocess(carry.lives, carry.ended, self._observation(obs), reward, term,
                               trunc, info["lives"], training)
             return EnvCarry(handle, out.lives, out.game_over | out.truncated), out
 
-        carry = EnvCarry(jnp.asarray(handle), jnp.asarray(info["lives"], jnp.int32),
+        if self.spec_.backend == "ale":
+            raw_step = face[2]
+
+            def send(carry: EnvCarry, actions: Array) -> tuple[EnvCarry, Array]:
+                return carry, actions.astype(jnp.int32)
+
+            def recv(sent: tuple[EnvCarry, Array]) -> tuple[EnvCarry, AtariStep]:
+                carry, actions = sent
+                return finish(carry, *raw_step(carry.handle, actions))
+        else:
+            raw_recv, raw_send = face[1], face[2]
+
+            def send(carry: EnvCarry, actions: Array) -> EnvCarry:
+                return carry._replace(handle=raw_send(carry.handle, actions.astype(jnp.int32)))
+
+            def recv(sent: EnvCarry) -> tuple[EnvCarry, AtariStep]:
+                return finish(sent, *raw_recv(sent.handle))
+
+        carry = EnvCarry(jnp.asarray(face[0]), jnp.asarray(info["lives"], jnp.int32),
                          jnp.zeros(self.num_envs, bool))
-        return carry, step
+        return carry, send, recv
 
     def _observation(self, obs: Any) -> Any:
         """The backend's observations in this env's layout: screens are (B, 210, 160, 3) on
@@ -281,10 +307,94 @@ class AtariEnv(gymnasium.vector.VectorEnv):
 
 def make_atari(game: str, *, backend: str = "envpool", num_envs: int = 1, seed: int = 0,
                training: bool = True, noop_max: int = 30, sticky_actions: bool = False,
-               max_episode_frames: int = MAX_EPISODE_FRAMES, screen: bool = False) -> AtariEnv:
+               max_episode_frames: int = MAX_EPISODE_FRAMES, screen: bool = False,
+               full_action_space: bool = False) -> AtariEnv:
     """``num_envs`` preprocessed games of ``game`` on ``backend`` (see :class:`AtariSpec`)."""
     return AtariEnv(AtariSpec(game, backend, num_envs, seed, training, noop_max,
-                              sticky_actions, max_episode_frames, screen))
+                              sticky_actions, max_episode_frames, screen, full_action_space))
+
+
+class AtariGames(gymnasium.vector.VectorEnv):
+    """Several Atari games in one batch: the pools of ``layout`` (``(game, num_envs)`` pairs,
+    a game may repeat) side by side on the batch axis, in order, each with the ALE's full
+    action set (18 actions), so that agents of different games share one network and one
+    compiled program. Env ``i`` of the whole batch is seeded ``seed + i``, as in one pool.
+
+    The faces are :class:`AtariEnv`'s. In :meth:`xla`'s step every pool's emulators start
+    before any is waited for (envpool's ``send`` / ``recv``, held apart by an
+    ``optimization_barrier``), so the games run at once on the pools' threads; on ale-py the
+    pools step one after another. ``options`` go to every pool (:func:`make_atari`).
+    """
+
+    def __init__(self, layout: Sequence[tuple[str, int]], *, seed: int = 0, **options: Any):
+        if not layout:
+            raise ValueError("layout: expected at least one (game, num_envs) pair, got none")
+        starts = np.cumsum([0] + [n for _, n in layout])
+        self.envs: list[AtariEnv] = []
+        try:
+            for (game, n), start in zip(layout, starts, strict=False):
+                self.envs.append(make_atari(game, num_envs=n, seed=seed + int(start),
+                                            full_action_space=True, **options))
+        except BaseException:
+            self.close()
+            raise
+        self.layout = tuple((game, n) for game, n in layout)
+        self._splits = starts[1:-1]
+        first = self.envs[0]
+        self.num_envs = int(starts[-1])
+        self.num_actions = first.num_actions
+        self.single_observation_space = first.single_observation_space
+        self.single_action_space = first.single_action_space
+        self.observation_space = gymnasium.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs)
+        self.action_space = gymnasium.vector.utils.batch_space(
+            self.single_action_space, self.num_envs)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start every game (``seed``: env ``i`` of the batch gets ``seed + i``)."""
+        del options
+        parts = [env.reset(seed=None if seed is None else seed + start)
+                 for env, start in zip(self.envs, (0, *self._splits), strict=True)]
+        return _concat(parts)
+
+    def step(self, actions: np.ndarray) -> tuple:
+        """One step of every game, as :meth:`AtariEnv.step`."""
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs,):
+            raise ValueError(f"actions: expected {self.num_envs} integer actions, got "
+                             f"{actions.dtype} of shape {actions.shape}")
+        return _concat([env.step(a) for env, a in
+                        zip(self.envs, np.split(actions, self._splits), strict=True)])
+
+    def xla(self) -> tuple[tuple[EnvCarry, ...], Any]:
+        """``(carry, step)`` as :meth:`AtariEnv.xla`, the carry one :class:`EnvCarry` per
+        pool; :attr:`first_obs` is the batch's first observation."""
+        halves = [env.xla_halves() for env in self.envs]
+        self.first_obs = np.concatenate([env.first_obs for env in self.envs])
+        sends, recvs = [h[1] for h in halves], [h[2] for h in halves]
+        splits = [int(i) for i in self._splits]
+
+        def step(carry: tuple[EnvCarry, ...], actions: Array
+                 ) -> tuple[tuple[EnvCarry, ...], AtariStep]:
+            sent = jax.lax.optimization_barrier(tuple(
+                send(c, a) for send, c, a in
+                zip(sends, carry, jnp.split(actions, splits), strict=True)))
+            carry, outs = zip(*(recv(s) for recv, s in zip(recvs, sent, strict=True)),
+                              strict=True)
+            return tuple(carry), jax.tree.map(lambda *xs: jnp.concatenate(xs), *outs)
+
+        return tuple(h[0] for h in halves), step
+
+    def close(self, **kwargs: Any) -> None:
+        """Release every pool."""
+        for env in self.envs:
+            env.close()
+
+
+def _concat(parts: Sequence[tuple]) -> tuple:
+    """Pools' outputs (arrays and dicts of arrays) joined on the batch axis, in order."""
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *parts)
 
 
 def _make_backend(spec: AtariSpec) -> Any:
@@ -302,7 +412,8 @@ def _make_backend(spec: AtariSpec) -> Any:
             episodic_life=False, reward_clip=False, noop_max=max(spec.noop_max, 1),
             frame_skip=FRAME_SKIP, stack_num=stack, img_height=height, img_width=width,
             gray_scale=not spec.screen, max_episode_steps=spec.max_episode_frames // FRAME_SKIP,
-            repeat_action_probability=sticky, use_fire_reset=True)
+            repeat_action_probability=sticky, use_fire_reset=True,
+            full_action_space=spec.full_action_space)
     from ale_py.vector_env import AtariVectorEnv
 
     return AtariVectorEnv(
@@ -310,4 +421,4 @@ def _make_backend(spec: AtariSpec) -> Any:
         img_height=height, img_width=width, grayscale=not spec.screen, maxpool=True,
         noop_max=spec.noop_max, episodic_life=False, reward_clipping=False, use_fire_reset=True,
         max_num_frames_per_episode=spec.max_episode_frames,
-        repeat_action_probability=sticky)
+        repeat_action_probability=sticky, full_action_space=spec.full_action_space)

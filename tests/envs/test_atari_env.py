@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyperx.envs.atari import ATARI_26, AtariSpec, game_names, make_atari, rom_id
+from hyperx.envs.atari import ATARI_26, AtariGames, AtariSpec, game_names, make_atari, rom_id
 
 BACKENDS = ["envpool", "ale"]
 
@@ -109,6 +109,37 @@ def test_xla_face_equals_the_host_face(backend):
                                                                      "reset_step")):
         np.testing.assert_array_equal(np.asarray(getattr(outs, name)),
                                       np.stack([o[key] for o in host]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_several_games_in_one_batch_play_as_their_own_pools(backend):
+    """AtariGames = its pools side by side (full action set, env i seeded seed + i), on the
+    host face and in the compiled step, where every pool is sent before any is received."""
+    layout = [("Breakout", 2), ("Freeway", 1), ("Breakout", 1)]
+    actions = np.random.default_rng(6).integers(0, 18, (120, 4)).astype(np.int32)
+    alone = [run(make_atari(g, backend=backend, num_envs=n, seed=7 + s, full_action_space=True),
+                 actions[:, s:s + n]) for (g, n), s in zip(layout, (0, 2, 3), strict=True)]
+    games = AtariGames(layout, backend=backend, seed=7)
+    assert games.num_envs == 4 and games.num_actions == 18
+    host = run(games, actions)
+    for key in ("obs", "reward", "term", "raw_reward", "reset_step", "lives"):
+        np.testing.assert_array_equal(
+            np.stack([o[key] for o in host]),
+            np.concatenate([np.stack([o[key] for o in part]) for part in alone], axis=1))
+    games = AtariGames(layout, backend=backend, seed=7)
+    carry, step = games.xla()
+    assert games.first_obs.shape == (4, 4, 84, 84)
+    _, outs = jax.jit(lambda c, a: jax.lax.scan(step, c, a))(carry, jnp.asarray(actions))
+    np.testing.assert_array_equal(np.asarray(outs.obs), np.stack([o["obs"] for o in host]))
+    np.testing.assert_array_equal(np.asarray(outs.raw_reward),
+                                  np.stack([o["raw_reward"] for o in host]))
+    with pytest.raises(ValueError, match="actions: expected 4"):
+        games.step(np.zeros(3, np.int32))
+    games.close()
+    with pytest.raises(ValueError, match="layout: expected at least one"):
+        AtariGames([])
+    with pytest.raises(ValueError, match="game: expected an Atari game name"):
+        AtariGames([("Breakout", 1), ("Breakout-v5", 1)])
 
 
 def test_backends_agree_up_to_resize_and_reset_padding():

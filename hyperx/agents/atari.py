@@ -56,7 +56,7 @@ from hyperx._validation import check_int, check_range
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, BatchTransition, make_agent
 from hyperx.agents.keys import run_key, step_keys
-from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariStep, EnvCarry, make_atari
+from hyperx.envs.atari import OBS_SHAPE, AtariEnv, AtariGames, AtariStep, EnvCarry, make_atari
 from hyperx.loop import (
     Chunk,
     ScanProgram,
@@ -152,7 +152,8 @@ class AtariResult(NamedTuple):
     best: per seed {score, env_step} of the best evaluation, and ``best_rerun`` scores
     where ``best_eval_episodes`` asked; env_steps_per_s: env steps per second summed over
     seeds (acting + learning, after compiling); compile_time_s;
-    replay_bytes: bytes of one seed's replay; carry: the final :class:`AtariCarry`.
+    replay_bytes: bytes of one seed's replay; carry: the final :class:`AtariCarry`;
+    games: the game each seed played (with several games every row also names its game).
     """
 
     episodes: list
@@ -163,6 +164,7 @@ class AtariResult(NamedTuple):
     replay_bytes: int
     steps_done: int
     carry: AtariCarry
+    games: tuple[str, ...]
 
 
 class Schedule(NamedTuple):
@@ -193,13 +195,14 @@ def run_schedule(steps: int, envs_per_seed: int, eval_every: int | None,
                     math.ceil(iterations / eval_iters) + int(eval_at_start))
 
 
-def checkpoint_metadata(config: AgentConfig, game: str, *, steps: int, seeds: int,
+def checkpoint_metadata(config: AgentConfig, game: str | Sequence[str], *, steps: int, seeds: int,
                         envs_per_seed: int, backend: str, seed: int, schedule: Schedule,
                         eval_episodes: int, sticky_actions: bool, eval_at_start: bool
                         ) -> dict[str, Any]:
     """What :func:`train_atari`'s checkpoints record of their run; restoring one needs the
     same (:class:`hyperx.checkpoint.CheckpointManager` names the first difference)."""
-    return {"agent": config.name, "config": repr(config), "game": game, "steps": steps,
+    return {"agent": config.name, "config": repr(config),
+            "game": game if isinstance(game, str) else list(game), "steps": steps,
             "seeds": seeds, "envs_per_seed": envs_per_seed, "backend": backend, "seed": seed,
             "eval_every": schedule.eval_iters, "eval_episodes": eval_episodes,
             "sticky_actions": sticky_actions,
@@ -213,6 +216,32 @@ def evaluation_seeds(seed: int, index: int, t: int) -> tuple[Array, int]:
     iteration ``t``: ``fold_in(PRNGKey(seed + 1), index)`` and ``seed + 10_000 + t`` (the
     evaluation pool itself is built with seed ``seed + 10_000``)."""
     return jax.random.fold_in(jax.random.PRNGKey(seed + 1), index), seed + EVAL_SEED + t
+
+
+def seed_games(game: str | Sequence[str], seeds: int) -> tuple[str, ...]:
+    """The game each of ``seeds`` agents plays: ``game``, or with several games the seeds
+    split into equal consecutive blocks, one per game in order (``seeds`` a multiple of
+    their number)."""
+    games = (game,) if isinstance(game, str) else tuple(game)
+    if not games or not all(isinstance(g, str) for g in games):
+        raise ValueError(f"game: expected a game name or a sequence of them, got {game!r}")
+    check_int("seeds", seeds)
+    if seeds % len(games):
+        raise ValueError(f"seeds: expected a multiple of the {len(games)} games (each game's "
+                         f"agents a block of equal size), got {seeds}")
+    return tuple(g for g in games for _ in range(seeds // len(games)))
+
+
+def make_pool(games: Sequence[str], per_seed: int, seed: int, *, several: bool,
+              **options: Any) -> AtariEnv | AtariGames:
+    """The games of a block of seeds that play ``games`` (one name per seed, as
+    :func:`seed_games` gives), ``per_seed`` environments each, env ``i`` seeded ``seed + i``:
+    one :class:`hyperx.envs.atari.AtariEnv` when the run has one game, else an
+    :class:`hyperx.envs.atari.AtariGames` (the ALE's full action set, so that every agent
+    has the same 18 actions). ``options`` go to :func:`hyperx.envs.atari.make_atari`."""
+    if not several:
+        return make_atari(games[0], num_envs=len(games) * per_seed, seed=seed, **options)
+    return AtariGames([(g, n * per_seed) for g, n in _runs(games)], seed=seed, **options)
 
 
 def make_program(config: AgentConfig, num_actions: int, num_seeds: int, envs_per_seed: int,
@@ -400,8 +429,8 @@ def record_evaluation(evals: Evaluations, step: int, scores: np.ndarray,
 
 
 def train_atari(
-    config: AgentConfig, game: str, *, steps: int, seeds: int = 1, envs_per_seed: int = 1,
-    backend: str = "envpool", seed: int = 0, eval_every: int | None = None,
+    config: AgentConfig, game: str | Sequence[str], *, steps: int, seeds: int = 1,
+    envs_per_seed: int = 1, backend: str = "envpool", seed: int = 0, eval_every: int | None = None,
     eval_episodes: int = 10, best_eval_episodes: int = 0,
     eval_max_steps: int = MAX_EVAL_STEPS, eval_at_start: bool = False,
     chunk_steps: int | None = None, host_loop: bool = False,
@@ -413,7 +442,13 @@ def train_atari(
 
     Args:
       config: an Atari configuration (``get_config(name, env="atari")``).
-      game: ``"Breakout"``, ``"MsPacman"``, ... (:func:`hyperx.envs.atari.game_names`).
+      game: ``"Breakout"``, ``"MsPacman"``, ... (:func:`hyperx.envs.atari.game_names`), or
+        several games in one program: the seeds split into equal blocks, one per game in
+        order (:func:`seed_games`), every agent on the ALE's full action set (18 actions,
+        :class:`hyperx.envs.atari.AtariGames`) so that all share one network shape, the
+        updates batched over every game's agents and the games' emulators stepped at once.
+        A seed's results do not depend on the other games, but with the full action set
+        they are not a one-game run's (which has the game's minimal set).
       steps: env steps per seed (each of its ``envs_per_seed`` games steps once per
         iteration, so a run has ``steps / envs_per_seed`` iterations).
       seeds, envs_per_seed: one pool of ``seeds x envs_per_seed`` games, agents vmapped.
@@ -466,7 +501,17 @@ def train_atari(
     check_int("devices", num_devices)
     if seeds % num_devices:
         raise ValueError(f"seeds: expected a multiple of the {num_devices} devices, got {seeds}")
-    local_games = seeds // num_devices * envs_per_seed
+    games = seed_games(game, seeds)
+    several = len(set(games)) > 1
+    block = seeds // num_devices
+    blocks = [games[d * block:(d + 1) * block] for d in range(num_devices)]
+    if several and len({tuple(_runs(b)) for b in blocks}) > 1:
+        raise ValueError(f"devices: with several games every device's block of {block} seeds "
+                         f"must split into the same game blocks (one game per device, or the "
+                         f"same number of whole games each); got {len(set(games))} games of "
+                         f"{seeds // len(set(games))} seeds over {num_devices} devices")
+    local_games = block * envs_per_seed
+    env_options = dict(backend=backend, sticky_actions=sticky_actions)
 
     def evaluate_now(carry: AtariCarry) -> tuple[AtariCarry, np.ndarray]:
         key, games_seed = evaluation_seeds(seed, int(carry.evals.count), int(carry.t))
@@ -478,9 +523,9 @@ def train_atari(
 
     resources = contextlib.ExitStack()
     with resources:  # closes what the set-up opened if the set-up fails
-        envs = [resources.enter_context(contextlib.closing(make_atari(
-            game, backend=backend, num_envs=local_games, seed=seed + d * local_games,
-            sticky_actions=sticky_actions))) for d in range(num_devices)]
+        envs = [resources.enter_context(contextlib.closing(make_pool(
+            blocks[d], envs_per_seed, seed + d * local_games, several=several, **env_options)))
+            for d in range(num_devices)]
         env = envs[0]
         program = make_program(config, env.num_actions, seeds, envs_per_seed, iterations,
                                PAD[backend])
@@ -508,9 +553,9 @@ def train_atari(
                 carry = _resumed(restored, first_obs)
                 carry = carry._replace(seeds=shard_leading_axis(carry.seeds, devices))
                 episodes = saved_games(checkpoint_dir, int(carry.t) * envs_per_seed)
-        eval_env = resources.enter_context(contextlib.closing(make_atari(
-            game, backend=backend, num_envs=seeds * eval_episodes, seed=seed + EVAL_SEED,
-            training=False, sticky_actions=sticky_actions))) if eval_episodes else None
+        eval_env = resources.enter_context(contextlib.closing(make_pool(
+            games, eval_episodes, seed + EVAL_SEED, several=several, training=False,
+            **env_options))) if eval_episodes else None
         if (eval_at_start and eval_episodes and int(carry.t) == 0
                 and int(carry.evals.count) == 0):
             carry, _ = evaluate_now(carry)
@@ -535,14 +580,15 @@ def train_atari(
             chunk_time = result.run_time_s
         timing["run"] += chunk_time
         timing["iterations"] += length
-        new_episodes = _finished_games(log, t0, envs_per_seed)
+        new_episodes = _labelled(_finished_games(log, t0, envs_per_seed), games, several)
         episodes.extend(new_episodes)
         carry = carry._replace(t=jnp.int32(t0 + length), seeds=seeds_carry)
         scores = None
         if eval_episodes and (int(carry.t) % eval_iters == 0 or int(carry.t) >= iterations):
             carry, scores = evaluate_now(carry)
         return carry, dict(episodes=new_episodes, scores=scores, loss=np.asarray(log.loss[-1]),
-                           evaluations=_evaluation_rows(carry.evals, seeds),
+                           evaluations=_labelled(_evaluation_rows(carry.evals, seeds),
+                                                 games, several),
                            steps_per_s=length * seeds * envs_per_seed / max(chunk_time, 1e-9))
 
     def save(done: int, carry: AtariCarry) -> None:
@@ -559,14 +605,31 @@ def train_atari(
         cleanup=(resources.close,)).carry
     compile_time, run_time, iterations_run = (timing["compile"], timing["run"],
                                               timing["iterations"])
-    best = _best(program, carry, best_eval_episodes, seed, eval_max_steps,
-                 dict(game=game, backend=backend, sticky_actions=sticky_actions))
-    evaluations = _evaluation_rows(carry.evals, seeds)
+    best = _labelled(_best(program, carry, best_eval_episodes, seed, eval_max_steps,
+                           functools.partial(make_pool, games, several=several, training=False,
+                                             **env_options)), games, several)
+    evaluations = _labelled(_evaluation_rows(carry.evals, seeds), games, several)
     replay = jax.tree.map(lambda x: x[0], carry.seeds.agent.replay)
     return AtariResult(episodes, evaluations, best,
                        iterations_run * seeds * envs_per_seed / run_time if run_time else 0.0,
                        compile_time, replay_bytes(replay),
-                       min(int(carry.t), iterations) * envs_per_seed, carry)
+                       min(int(carry.t), iterations) * envs_per_seed, carry, games)
+
+
+def _runs(games: Sequence[str]) -> list[tuple[str, int]]:
+    """Consecutive equal names as (name, count) runs: ``AAB`` -> ``[(A, 2), (B, 1)]``."""
+    runs: list[tuple[str, int]] = []
+    for g in games:
+        if runs and runs[-1][0] == g:
+            runs[-1] = (g, runs[-1][1] + 1)
+        else:
+            runs.append((g, 1))
+    return runs
+
+
+def _labelled(rows: list[dict], games: Sequence[str], several: bool) -> list[dict]:
+    """With several games, each row (a seed's) also names its game."""
+    return [dict(r, game=games[r["seed"]]) for r in rows] if several else rows
 
 
 def _evaluation_rows(evals: Evaluations, seeds: int) -> list[dict]:
@@ -610,14 +673,13 @@ def _finished_games(log: StepLog, t0: int, envs_per_seed: int) -> list[dict]:
 
 
 def _best(program: AtariProgram, carry: AtariCarry, episodes: int, seed: int,
-          max_steps: int, env_options: dict) -> list[dict]:
+          max_steps: int, pool: Callable[[int, int], AtariEnv | AtariGames]) -> list[dict]:
     evals = carry.evals
     best = [dict(seed=s, score=float(evals.best_score[s]), env_step=int(evals.best_step[s]),
                  protocol="best evaluation during training (optimistic)")
             for s in range(program.num_seeds)]
     if episodes and int(evals.count) > 0:
-        env = make_atari(num_envs=program.num_seeds * episodes, seed=seed + 20_000,
-                         training=False, **env_options)
+        env = pool(episodes, seed + 20_000)
         with contextlib.closing(env):
             scores = evaluate(program, evals.best_params, carry.seeds.agent.prior, env,
                               jax.random.PRNGKey(seed + 2), episodes, seed + 20_000, max_steps)

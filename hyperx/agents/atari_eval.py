@@ -21,6 +21,7 @@ checks that the two agree on reward and lives, and stops with ``RuntimeError`` i
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,12 +39,14 @@ from hyperx.agents.atari import (
     evaluate,
     evaluation_seeds,
     initial_carry,
+    make_pool,
     make_program,
     run_schedule,
+    seed_games,
 )
 from hyperx.agents.config import AgentConfig
 from hyperx.checkpoint import restore_saved
-from hyperx.envs.atari import FRAME_SKIP, OBS_SHAPE, AtariEnv, make_atari
+from hyperx.envs.atari import FRAME_SKIP, OBS_SHAPE, AtariEnv, AtariGames, make_atari
 
 ALE_FPS = 60
 """Frames per second of the Atari 2600 (NTSC), which the ALE emulates."""
@@ -67,8 +70,8 @@ class SavedEvaluation(NamedTuple):
 
 
 def evaluate_saved(
-    checkpoint_dir: str, config: AgentConfig, game: str, *, steps: int, seeds: int = 1,
-    envs_per_seed: int = 1, backend: str = "envpool", seed: int = 0,
+    checkpoint_dir: str, config: AgentConfig, game: str | Sequence[str], *, steps: int,
+    seeds: int = 1, envs_per_seed: int = 1, backend: str = "envpool", seed: int = 0,
     eval_every: int | None = None, eval_episodes: int = 10, eval_at_start: bool = False,
     chunk_steps: int | None = None, sticky_actions: bool = False,
     episodes: int | None = None, eval_max_steps: int = MAX_EVAL_STEPS,
@@ -114,9 +117,11 @@ def evaluate_saved(
         config, game, steps=steps, seeds=seeds, envs_per_seed=envs_per_seed, backend=backend,
         seed=seed, schedule=schedule, eval_episodes=eval_episodes,
         sticky_actions=sticky_actions, eval_at_start=eval_at_start)
+    games = seed_games(game, seeds)
+    several = len(set(games)) > 1
     with contextlib.ExitStack() as stack:
-        env = stack.enter_context(contextlib.closing(make_atari(
-            game, backend=backend, num_envs=seeds * episodes, seed=seed + EVAL_SEED,
+        env = stack.enter_context(contextlib.closing(make_pool(
+            games, episodes, seed + EVAL_SEED, several=several, backend=backend,
             training=False, sticky_actions=sticky_actions)))
         program = make_program(config, env.num_actions, seeds, envs_per_seed,
                                schedule.iterations, PAD[backend])
@@ -135,8 +140,9 @@ def evaluate_saved(
             folder.mkdir(parents=True, exist_ok=True)
             videos = tuple(str(folder / f"seed0_game{g}.mp4") for g in range(record_video))
             screens = stack.enter_context(contextlib.closing(make_atari(
-                game, backend=backend, num_envs=record_video, seed=seed + EVAL_SEED,
-                training=False, sticky_actions=sticky_actions, screen=True)))
+                games[0], backend=backend, num_envs=record_video, seed=seed + EVAL_SEED,
+                training=False, sticky_actions=sticky_actions, screen=True,
+                full_action_space=several)))
             env = stack.enter_context(contextlib.closing(_Recorder(env, screens, videos)))
         scores = evaluate(program, carry.seeds.agent.params, carry.seeds.agent.prior, env,
                           key, episodes, games_seed, eval_max_steps)
@@ -181,7 +187,7 @@ class _Recorder:
     screen pool of its first N games stepped beside it; each game's screens go to its video
     until the game ends."""
 
-    def __init__(self, env: AtariEnv, screens: AtariEnv, paths: tuple[str, ...]):
+    def __init__(self, env: AtariEnv | AtariGames, screens: AtariEnv, paths: tuple[str, ...]):
         self.env, self.screens, self.paths = env, screens, paths
         self.videos: list[_Video | None] = []
 

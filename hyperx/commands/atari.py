@@ -67,8 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser("atari", help="train a value-based agent on an Atari game",
                               description=DESCRIPTION)
-    p.add_argument("--game", default="Breakout",
-                   help="game, e.g. Breakout, MsPacman, Pong (any case)")
+    p.add_argument("--game", nargs="+", default=["Breakout"],
+                   help="game, e.g. Breakout, MsPacman, Pong (any case); several games train "
+                        "in one program, --seeds split equally between them, on the ALE's "
+                        "full action set")
     p.add_argument("--agent", choices=ATARI_AGENT_NAMES, default="hyperagent",
                    help="agent config (dqn_100k: DQN with the Atari-100k settings)")
     p.add_argument("--steps", type=positive_int, default=100_000, help="env steps per seed")
@@ -125,11 +127,17 @@ def _validate(args: argparse.Namespace) -> None:
     from hyperx.envs.atari import game_names
 
     names = game_names()
-    game = closest(args.game, names)
-    if game is None:
-        unknown_choice("--game", args.game, names, f"an Atari game such as Breakout or "
-                       f"MsPacman (one of {len(names)}; see hyperx.envs.atari.game_names())")
-    args.game = game
+    games = []
+    for name in args.game:
+        game = closest(name, names)
+        if game is None:
+            unknown_choice("--game", name, names, f"an Atari game such as Breakout or "
+                           f"MsPacman (one of {len(names)}; see hyperx.envs.atari.game_names())")
+        games.append(game)
+    args.game = games[0] if len(set(games)) == 1 else games
+    if args.seeds % len(games):
+        fail(f"--seeds: expected a multiple of the {len(games)} games of --game (each game "
+             f"gets an equal block of seeds), got {args.seeds}")
     if args.envs_per_seed > args.steps:
         fail(f"--envs-per-seed: expected at most --steps = {args.steps}, "
              f"got {args.envs_per_seed}")
@@ -176,7 +184,8 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     out = run.out
     log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps,
-                 resume=run.resumed, tracker=Tracker(out, "atari", settings, track=args.track))
+                 resume=run.resumed, tracker=Tracker(out, "atari", settings, track=args.track),
+                 games=_games(args))
 
     def stopped(stop: KeyboardInterrupt) -> str:
         return run.stopped(stop, unit="env step", per=" per seed",
@@ -194,7 +203,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     summary = write_summary(out, result, args, config)
     run.finish()
     final = summary["final_score_mean"]
-    print(f"{args.agent} on {args.game}, {plural(args.seeds, 'seed')} x "
+    print(f"{args.agent} on {_title_games(args.game)}, {plural(args.seeds, 'seed')} x "
           f"{plural(args.envs_per_seed, 'env')}, "
           f"{result.steps_done} steps: final greedy score "
           f"{'n/a' if final is None else f'{final:.1f}'}, "
@@ -234,7 +243,7 @@ def _eval_only(args: argparse.Namespace) -> int:
     write_summary_json(out, result, "eval_only.json")
     videos = (f", {plural(len(saved.videos), 'video')} in {out / 'videos'}"
               if saved.videos else "")
-    print(f"{run.agent} on {run.game}, the checkpoint of env step {saved.env_step}: mean score "
+    print(f"{run.agent} on {_title_games(run.game)}, the checkpoint of env step {saved.env_step}: mean score "
           f"{result['score_mean']:.1f} over {plural(run.seeds, 'seed')} x "
           f"{plural(episodes, 'game')} ({saved.protocol}); wrote {out / 'eval_only.json'}"
           f"{videos}")
@@ -247,6 +256,19 @@ THROUGHPUT = {"hyperagent": (643.2, 0.0748), "dqn": (886.4, 0.0263)}
 it does not learn, and the seconds of one update inside the loop. The dry run's rate for a
 config is ``1 / (1 / no_learning + update / update_every)``, from ``hyperagent``'s update for
 the index-sampled agents and ``dqn``'s for the rest."""
+
+
+def _games(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The game of each seed of a run with several games, else None."""
+    if isinstance(args.game, str):
+        return None
+    from hyperx.agents.atari import seed_games
+
+    return seed_games(args.game, args.seeds)
+
+
+def _title_games(game: str | list[str]) -> str:
+    return game if isinstance(game, str) else ", ".join(game)
 
 
 def _dry_run(args: argparse.Namespace, config: Any, run: RunDirectory) -> int:
@@ -275,15 +297,22 @@ CSV_FIELDS = {"episodes": ("seed", "env", "env_step", "score", "length"),
               "evaluations": ("seed", "env_step", "score"),
               "metrics": ("env_step", "seed", "loss", "train_games", "train_score",
                           "eval_score", "env_steps_per_s")}
+"""The columns of each CSV; a run with several games adds ``game`` to each (:func:`fields`)."""
+
+
+def fields(name: str, several: bool) -> tuple[str, ...]:
+    """The columns of ``name``.csv, with ``game`` last when the run has several games."""
+    return CSV_FIELDS[name] + (("game",) if several else ())
 
 
 def write_games(out: Path, result: Any) -> None:
     """Rewrite ``episodes.csv`` and ``evaluations.csv`` from the finished run's result, which
     holds every game and evaluation from the start (a resumed run's chunk logs may miss a
     chunk that finished between its checkpoint and its log line)."""
+    several = len(set(result.games)) > 1
     for name, rows in (("episodes", result.episodes), ("evaluations", result.evaluations)):
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=CSV_FIELDS[name], extrasaction="ignore")
+        writer = csv.DictWriter(text, fieldnames=fields(name, several), extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         write_atomic(out / f"{name}.csv", text.getvalue())
@@ -294,12 +323,14 @@ class RunLog:
     (TensorBoard, W&B), a bar."""
 
     def __init__(self, out: Path, seeds: int, *, progress: bool, total: int,
-                 resume: bool = False, tracker: Tracker | None = None):
+                 resume: bool = False, tracker: Tracker | None = None,
+                 games: tuple[str, ...] | None = None):
         """A resumed run (``resume``) keeps the rows already in ``out`` up to the env step it
         resumed from (the first chunk's ``start``: rows the interrupted run wrote past an
         older checkpoint it fell back to are dropped), then appends; ``tracker``
-        (:class:`hyperx.commands._tracking.Tracker`) receives each chunk's scalars."""
-        self.out, self.seeds, self._resume = out, seeds, resume
+        (:class:`hyperx.commands._tracking.Tracker`) receives each chunk's scalars;
+        ``games``: the game of each seed of a run with several games (a ``game`` column)."""
+        self.out, self.seeds, self._resume, self._games = out, seeds, resume, games
         self._files: dict[str, Any] = {}
         self._writers: dict[str, csv.DictWriter] = {}
         self._tracker = tracker
@@ -312,10 +343,11 @@ class RunLog:
     def _open(self, start: int) -> None:
         """Open the CSVs: each holds its header and, for a resumed run, its rows up to env
         step ``start``, written back atomically before anything is appended."""
-        for name, fields in CSV_FIELDS.items():
+        for name in CSV_FIELDS:
+            columns = fields(name, self._games is not None)
             path = self.out / f"{name}.csv"
             text = io.StringIO()
-            writer = csv.DictWriter(text, fieldnames=fields)
+            writer = csv.DictWriter(text, fieldnames=columns)
             writer.writeheader()
             if self._resume and path.exists():
                 with open(path, newline="") as f:
@@ -324,7 +356,7 @@ class RunLog:
                                      and int(row["env_step"]) <= start)
             write_atomic(path, text.getvalue())
             self._files[name] = open(path, "a", newline="")  # noqa: SIM115
-            self._writers[name] = csv.DictWriter(self._files[name], fieldnames=fields)
+            self._writers[name] = csv.DictWriter(self._files[name], fieldnames=columns)
 
     def __call__(self, chunk: Chunk) -> None:
         from hyperx.loop import update_bar
@@ -339,14 +371,15 @@ class RunLog:
         for s in range(self.seeds):
             games = [r["score"] for r in metrics["episodes"] if r["seed"] == s]
             eval_score = None if scores is None else float(np.mean(scores[s]))
+            label = {} if self._games is None else {"game": self._games[s]}
             if scores is not None:
                 self._writers["evaluations"].writerow(dict(seed=s, env_step=step,
-                                                           score=eval_score))
+                                                           score=eval_score, **label))
             row = dict(env_step=step, seed=s, loss=float(metrics["loss"][s]),
                        train_games=len(games),
                        train_score=float(np.mean(games)) if games else "",
                        eval_score="" if eval_score is None else eval_score,
-                       env_steps_per_s=metrics["steps_per_s"])
+                       env_steps_per_s=metrics["steps_per_s"], **label)
             self._writers["metrics"].writerow(row)
             scalars.update({f"seed{s}/{key}": row[key] or None
                             for key in ("loss", "train_score", "eval_score")})
@@ -377,12 +410,17 @@ def write_summary(out: Path, result: Any, args: argparse.Namespace, config: Any)
     evaluations = result.evaluations
     last_step = max((e["env_step"] for e in evaluations), default=None)
     final = [e["score"] for e in evaluations if e["env_step"] == last_step]
+    several = {} if isinstance(args.game, str) else {"final_score_mean_per_game": {
+        g: float(np.mean([e["score"] for e in evaluations
+                          if e["env_step"] == last_step and e["game"] == g])) if final else None
+        for g in args.game}}
     summary = {
         "game": args.game, "agent": args.agent, "backend": args.backend,
         "seeds": args.seeds, "envs_per_seed": args.envs_per_seed,
         "env_steps_per_seed": result.steps_done,
         "final_score_mean": float(np.mean(final)) if final else None,
         "final_scores": final,
+        **several,
         "final_protocol": (f"final policy, {eval_protocol(config)}, {args.eval_episodes} "
                            "games per seed, no life loss, no clipping, "
                            f"{args.eval_max_steps:,}-step cap"),
@@ -394,7 +432,7 @@ def write_summary(out: Path, result: Any, args: argparse.Namespace, config: Any)
     }
     summary = json_safe(summary)
     write_summary_json(out, summary)
-    _plot(out / "returns.png", result, f"{args.agent} on {args.game}")
+    _plot(out / "returns.png", result, f"{args.agent} on {_title_games(args.game)}")
     return summary
 
 
@@ -411,16 +449,18 @@ def plot_atari_csv(directory: str | Path) -> Path:
         path = directory / f"{name}.csv"
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            if reader.fieldnames != list(CSV_FIELDS[name]):
-                raise ValueError(f"{path}: expected the columns {','.join(CSV_FIELDS[name])}, "
-                                 f"got {','.join(reader.fieldnames or [])}")
+            if reader.fieldnames not in (list(fields(name, False)), list(fields(name, True))):
+                raise ValueError(f"{path}: expected the columns {','.join(CSV_FIELDS[name])} "
+                                 f"(and game, for several games), got "
+                                 f"{','.join(reader.fieldnames or [])}")
+            number = {"score": float, "game": str}
             try:
-                rows[name] = [{k: float(v) if k == "score" else int(v) for k, v in row.items()}
+                rows[name] = [{k: number.get(k, int)(v) for k, v in row.items()}
                               for row in reader]
             except (TypeError, ValueError):
                 raise ValueError(f"{path}: line {reader.line_num} is not numbers") from None
     settings = (read_manifest(directory) or {}).get("settings") or {}
-    title = f"{settings.get('agent', 'agent')} on {settings.get('game', 'Atari')}"
+    title = f"{settings.get('agent', 'agent')} on {_title_games(settings.get('game', 'Atari'))}"
     _plot(directory / "returns.png", SimpleNamespace(**rows), title)
     return directory / "returns.png"
 
@@ -436,11 +476,17 @@ def _plot(path: Path, result: Any, title: str) -> None:
                 scores = np.array([g["score"] for g in games])
                 window = max(1, min(20, len(scores)))
                 smooth = np.convolve(scores, np.ones(window) / window, mode="valid")
-                ax.plot(steps[window - 1:], smooth, alpha=0.6, label=f"seed {s} training")
+                ax.plot(steps[window - 1:], smooth, alpha=0.6,
+                        label=f"{_seed_label(s, games)} training")
             evals = [e for e in result.evaluations if e["seed"] == s]
             if evals:
                 ax.plot([e["env_step"] for e in evals], [e["score"] for e in evals], "o-",
-                        label=f"seed {s} evaluation")
+                        label=f"{_seed_label(s, evals)} evaluation")
         ax.set(xlabel="env steps per seed", ylabel="game score (raw)", title=title)
         if seeds:
             ax.legend(fontsize=7)
+
+
+def _seed_label(seed: int, rows: list[dict]) -> str:
+    """``seed 3``, or ``seed 3 (Pong)`` when its rows name a game."""
+    return f"seed {seed} ({rows[0]['game']})" if "game" in rows[0] else f"seed {seed}"

@@ -116,7 +116,8 @@ def test_resumed_cli_log_appends_and_the_end_rewrites_the_games(tmp_path):
         assert steps == ["10", "20", "30"], (name, steps)
     # A chunk that finished after its checkpoint but before its log line: the result holds it.
     games = [dict(seed=0, env=0, env_step=s, score=1.0, length=5) for s in (10, 15, 20)]
-    result = SimpleNamespace(episodes=games, evaluations=[dict(seed=0, env_step=20, score=2.0)])
+    result = SimpleNamespace(episodes=games, evaluations=[dict(seed=0, env_step=20, score=2.0)],
+                             games=("Breakout",))
     write_games(tmp_path, result)
     rows = (tmp_path / "episodes.csv").read_text().splitlines()
     assert rows == ["seed,env,env_step,score,length", "0,0,10,1.0,5", "0,0,15,1.0,5",
@@ -132,6 +133,8 @@ def test_resumed_cli_log_appends_and_the_end_rewrites_the_games(tmp_path):
     (["--envs-per-seed", "0"], "--envs-per-seed"),
     (["--steps", "4", "--envs-per-seed", "8"], "--envs-per-seed: expected at most"),
     (["--agent", "hyperdqn", "--envs-per-seed", "3"], "--envs-per-seed: expected a multiple"),
+    (["--game", "Breakout", "Pong", "--seeds", "3"], "--seeds: expected a multiple of the 2 games"),
+    (["--game", "Breakout", "Pongg"], "--game: expected an Atari game"),
 ])
 def test_cli_bad_arguments_are_one_line_errors(argv, message, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -153,6 +156,36 @@ def test_cli_writes_metrics_tensorboard_summary_and_plot(tmp_path):
                  "returns.png"):
         assert (out / name).exists(), name
     assert any((out / "tb").iterdir())
+
+
+@pytest.mark.slow
+def test_cli_trains_several_games_with_the_progress_bar_and_evaluates_them_again(tmp_path,
+                                                                                 capsys):
+    """``--game Breakout Pong --seeds 2`` as a user types it (progress bar on): every CSV gains
+    a game column, the summary a mean per game, and ``--eval-only`` and ``hyperx plot`` read
+    the run back."""
+    out = tmp_path / "run"
+    argv = ["atari", "--game", "breakout", "Pong", "--seeds", "2", "--agent", "dqn",
+            "--steps", "128", "--eval-every", "64", "--eval-episodes", "1",
+            "--eval-max-steps", "40", "--learning-starts", "64", "--buffer-size", "400",
+            "--checkpoint", "--out", str(out)]
+    assert main(argv) == 0
+    assert "dqn on Breakout, Pong, 2 seeds" in capsys.readouterr().out
+    for name in ("episodes", "evaluations", "metrics"):
+        header, *rows = (out / f"{name}.csv").read_text().splitlines()
+        assert header.endswith(",game"), header
+        assert {r.rsplit(",", 1)[1] for r in rows} <= {"Breakout", "Pong"}
+    evaluations = (out / "evaluations.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[0] + r.rsplit(",", 1)[1] for r in evaluations[:2]] == [
+        "0Breakout", "1Pong"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["game"] == ["Breakout", "Pong"]
+    assert set(summary["final_score_mean_per_game"]) == {"Breakout", "Pong"}
+    assert main(["atari", "--eval-only", "--out", str(out), "--quiet"]) == 0
+    saved = json.loads((out / "eval_only.json").read_text())
+    assert np.array(saved["scores"]).shape == (2, 1)
+    (out / "returns.png").unlink()
+    assert main(["plot", str(out)]) == 0 and (out / "returns.png").exists()
 
 
 @pytest.mark.slow
@@ -277,6 +310,56 @@ def test_sharded_training_validates_the_device_count():
     with pytest.raises(ValueError, match="devices: the host loop"):
         train_atari(config, "Breakout", steps=8, seeds=1, host_loop=True,
                     devices=jax.devices())
+
+
+MULTI = dict(steps=128, seeds=4, envs_per_seed=2, eval_every=64, eval_episodes=1,
+             eval_max_steps=40)
+
+
+def test_several_games_train_in_one_program_on_the_full_action_set():
+    """Two games, two agents each, in one program: every row names its seed's game, the agents
+    act on the ALE's 18 actions (Breakout's own set has 4) and the best re-evaluation runs on
+    each seed's own game."""
+    config = get_config("dqn", env="atari", update_every=2, **SMALL)
+    result = train_atari(config, ["Breakout", "Pong"], best_eval_episodes=1, **MULTI)
+    assert result.games == ("Breakout", "Breakout", "Pong", "Pong")
+    rows = result.evaluations + result.best + result.episodes
+    assert {r["game"] for r in rows} == {"Breakout", "Pong"}
+    assert all(r["game"] == result.games[r["seed"]] for r in rows)
+    assert len(result.evaluations) == 2 * 4 and all("rerun_score" in b for b in result.best)
+    actions = np.asarray(result.carry.seeds.agent.replay.data["action"])
+    assert actions.max() >= 4 and actions.max() < 18
+    assert int(result.carry.seeds.agent.grad_steps[0]) > 0
+
+
+@pytest.mark.slow
+def test_a_seeds_run_does_not_depend_on_the_other_games():
+    """Seeds 0-1 play Breakout beside Pong or beside Freeway: the same frames, parameters and
+    evaluations bit for bit; and the host loop stores what the compiled loop stores."""
+    config = get_config("dqn", env="atari", update_every=2, **SMALL)
+    pong, freeway = (train_atari(config, ["Breakout", g], **MULTI) for g in ("Pong", "Freeway"))
+    for run in (pong, freeway):
+        assert leaves_equal(jax.tree.map(lambda x: x[:2], run.carry.seeds.agent),
+                            jax.tree.map(lambda x: x[:2], pong.carry.seeds.agent))
+    assert ([e for e in pong.evaluations if e["seed"] < 2]
+            == [e for e in freeway.evaluations if e["seed"] < 2])
+    frozen = get_config("dqn", env="atari", buffer_size=400, learning_starts=10**6)
+    host, compiled = (train_atari(frozen, ["Breakout", "Pong"], steps=96, seeds=2,
+                                  eval_episodes=0, host_loop=h) for h in (True, False))
+    assert leaves_equal(host.carry.seeds.agent.replay, compiled.carry.seeds.agent.replay)
+
+
+def test_several_games_need_equal_blocks_of_seeds():
+    config = get_config("dqn", env="atari", **SMALL)
+    with pytest.raises(ValueError, match="seeds: expected a multiple of the 2 games"):
+        train_atari(config, ["Breakout", "Pong"], steps=8, seeds=3)
+    with pytest.raises(ValueError, match="game: expected a game name or a sequence"):
+        train_atari(config, [], steps=8)
+    with pytest.raises(ValueError, match="devices: with several games"):
+        train_atari(config, ["Breakout", "Pong", "Freeway"], steps=8, seeds=6,
+                    devices=[jax.devices()[0]] * 2)
+    with pytest.raises(ValueError, match="game: expected an Atari game name"):
+        train_atari(config, ["Breakout", "Pongg"], steps=8, seeds=2)
 
 
 @pytest.mark.slow

@@ -29,6 +29,16 @@ agents (floating-point operations and bytes accessed per agent; from shapes, so 
 the machine's load), which tells whether the work per agent grows with ``n`` or only its time.
 ``--cost-only`` adds those rows to an existing result file without timing anything.
 
+Several games in one program (``--several-games G1 G2 ...``, added to an existing result file
+as ``several_games``): ``--agents-per-game`` agents of each game alone in its own program, and
+the first 2, 3, ... games together in one program
+(:class:`hyperx.envs.atari.AtariGames`, every game's emulators started before any is waited
+for); in both modes the one program's iteration time is set against the SUM of the one-game
+programs' (the time to step the same agents one program after another). A ratio at or below 1
+means holding the games in one program adds no per-step overhead. The one-game programs have
+each game's own action set, the several-game ones the ALE's 18 actions (a few more outputs of
+the proxy's last layer and of the argmax).
+
 Writes benchmarks/results/agents_per_program_proxy.json and .png. Needs the machine to itself
 (a throughput benchmark). Full run: about 15 minutes on 2 cores,
 ``python benchmarks/agents_per_program_proxy.py``; tiny check: ``python
@@ -64,14 +74,17 @@ def proxy_config(kind: str, width: int, learning_starts: int, steps: int):
                       random_start=0)
 
 
-def measure(kind: str, game: str, agents: int, steps: int, width: int, learn: bool) -> dict:
-    """One timed run of ``agents`` agents in one program (rate after compiling)."""
+def measure(kind: str, game: str | list[str], agents: int, steps: int, width: int,
+            learn: bool) -> dict:
+    """One timed run of ``agents`` agents in one program (rate after compiling); ``game`` a
+    list: those games in the one program, the agents split equally between them."""
     config = proxy_config(kind, width, 64 if learn else 10 * steps, steps)
     start = time.perf_counter()
     result = train_atari(config, game, steps=steps, seeds=agents, envs_per_seed=1,
                          eval_episodes=0)
     rate = result.env_steps_per_s
     return {"kind": kind, "mode": "learn" if learn else "idle", "agents": agents,
+            "games": sorted(set(result.games), key=result.games.index),
             "agent_steps_per_s": rate, "iteration_ms": 1e3 * agents / rate,
             "agent_step_us": 1e6 / rate, "compile_s": result.compile_time_s,
             "wall_s": time.perf_counter() - start}
@@ -120,6 +133,33 @@ def summarise(rows: list[dict], tolerance: float) -> dict:
     return summary
 
 
+def several_games(kind: str, games: list[str], per_game: int, steps: int, width: int) -> dict:
+    """The ``--several-games`` rows and, per mode and number of games K >= 2, the one
+    program's iteration time over the sum of the K one-game programs' (see the docstring)."""
+    rows = []
+    for learn in (True, False):
+        for k in range(1, len(games) + 1):
+            for layout in ([[g] for g in games] if k == 1 else [games[:k]]):
+                row = measure(kind, layout, per_game * len(layout), steps, width, learn)
+                rows.append(row)
+                print(f"{kind} {row['mode']}: {', '.join(row['games'])}, {row['agents']} agents"
+                      f" {row['iteration_ms']:.2f} ms per iteration", flush=True)
+    summary = {}
+    for mode in ("learn", "idle"):
+        alone = {r["games"][0]: r["iteration_ms"] for r in rows
+                 if r["mode"] == mode and len(r["games"]) == 1}
+        for r in rows:
+            if r["mode"] == mode and len(r["games"]) > 1:
+                separate = sum(alone[g] for g in r["games"])
+                summary[f"{mode}/{len(r['games'])}_games"] = {
+                    "games": r["games"], "agents": r["agents"],
+                    "one_program_iteration_ms": r["iteration_ms"],
+                    "sum_of_one_game_programs_ms": separate,
+                    "ratio": r["iteration_ms"] / separate}
+    return {"kind": kind, "agents_per_game": per_game, "steps_per_agent": steps,
+            "summary": summary, "rows": rows}
+
+
 def plot(summary: dict, path: str) -> None:
     import matplotlib
 
@@ -153,17 +193,36 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.1)
     parser.add_argument("--cost-only", action="store_true",
                         help="add the update_cost rows to the result file at --out, no timing")
+    parser.add_argument("--several-games", nargs="+", metavar="GAME",
+                        help="add the several-games rows (the first kind) to the file at --out")
+    parser.add_argument("--agents-per-game", type=int, default=8)
     parser.add_argument("--out", default=OUT)
     args = parser.parse_args()
+    if args.several_games:
+        if len(set(args.several_games)) < 2:
+            parser.error(f"--several-games: expected at least two different games, got "
+                         f"{args.several_games}")
+        with open(args.out) as f:
+            result = json.load(f)
+        result["several_games"] = {
+            **several_games(args.kinds[0], args.several_games, args.agents_per_game,
+                            args.steps, args.width),
+            "load_average": os.getloadavg(), "commit": _commit(),
+            "command": f"python benchmarks/agents_per_program_proxy.py --several-games "
+                       f"{' '.join(args.several_games)} --agents-per-game "
+                       f"{args.agents_per_game} --kinds {args.kinds[0]} --steps {args.steps} "
+                       f"--width {args.width}"}
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(result["several_games"]["summary"], indent=1))
+        return
     costs = [update_cost(kind, args.game, agents, args.steps, args.width) for kind in args.kinds
              for agents in args.agents]
     if args.cost_only:
         with open(args.out) as f:
             result = json.load(f)
         result["update_cost"] = costs
-        result["update_cost_commit"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        result["update_cost_commit"] = _commit()
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
         print(json.dumps(costs, indent=1))
@@ -191,6 +250,11 @@ def main() -> None:
         json.dump(result, f, indent=1)
     plot(summary, os.path.splitext(args.out)[0] + ".png")
     print(json.dumps(summary, indent=1))
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ functions (:func:`atari_throughput.compiled`, :func:`deepsea_throughput.scan_thr
 :func:`llm_step_time.measure`, and the same :func:`hyperx.bandits.runner.run_bandit` calls as
 ``bandit_throughput.py``); the learning check is ``atari_parity.py`` itself.
 
-* ``atari-agents``: summed agent steps/s of one program of N agents (vmapped seeds, one game
-  each) for N in ``--per-program``, with one gradient step per agent step
+* ``atari-agents``: summed agent steps/s of one program of N agents per game (vmapped seeds)
+  for N in ``--per-program``; with ``--games-per-program K ...``, the first K games of
+  ``--game`` in one program (N agents each, the ALE's full action set,
+  :class:`hyperx.envs.atari.AtariGames`); with one gradient step per agent step
   (``update_every=1``, HyperAgent's own ratio, set for DQN too) and a small replay
   (``--buffer-size`` transitions per agent, so 128 agents fit on one GPU);
 * ``bandit``: seed-rounds/s of the vmapped regret sweep (exact TS and linear Ensemble++ M = 16,
@@ -39,8 +41,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-STAGES = ("atari_agents", "atari_games_2", "atari_games_4", "learning", "bandit", "deepsea",
-          "llm")
+STAGES = ("atari_agents", "atari_games_2", "atari_games_4", "atari_games_program", "learning",
+          "bandit", "deepsea", "llm")
 
 STUDIES = {
     "hyperagent_8hard": {
@@ -110,7 +112,12 @@ def stage_atari_agents(args: argparse.Namespace) -> None:
 
     from hyperx.agents import get_config
 
-    result = {"game": args.game, "steps_per_agent": args.steps, "update_every": 1,
+    if any(not 1 <= k <= len(args.game) for k in args.games_per_program or ()):
+        raise SystemExit(f"--games-per-program: expected counts in [1, {len(args.game)}] (the "
+                         f"games of --game), got {args.games_per_program}")
+    sets = [args.game[:k] for k in args.games_per_program or (len(args.game),)]
+    result = {"game": args.game[0] if len(args.game) == 1 else args.game,
+              "steps_per_agent": args.steps, "update_every": 1,
               "buffer_size_per_agent": args.buffer_size,
               "learning_starts": args.learning_starts,
               "note": ("replay of --buffer-size transitions per agent (not the configs' 100k) "
@@ -118,20 +125,22 @@ def stage_atari_agents(args: argparse.Namespace) -> None:
                        "each agent's own torso width; agent steps/s summed over the program's "
                        "agents, after compiling (atari_throughput.compiled)"),
               **device_info(), "rows": []}
-    for n in args.per_program:
-        for agent in args.agents:
-            width = get_config(agent, env="atari").torso_widths[0]
-            row = at.compiled(agent, args.game, args.steps, n, 1,
-                              learning_starts=args.learning_starts, width=width,
-                              update_every=1, buffer_size=args.buffer_size)
-            end = time.time()
-            run_s = row["env_steps"] / row["env_steps_per_s"]
-            row.update(agents_per_program=n, width=width, run_start=end - run_s, run_end=end,
-                       agent_steps_per_s=row["env_steps_per_s"])
-            result["rows"].append(row)
-            print(f"{args.game} {agent}: {n} agents per program, "
-                  f"{row['agent_steps_per_s']:.1f} agent steps/s", flush=True)
-            write_json(args.out, result)
+    for games in sets:
+        for n in args.per_program:
+            for agent in args.agents:
+                width = get_config(agent, env="atari").torso_widths[0]
+                row = at.compiled(agent, games, args.steps, n * len(games), 1,
+                                  learning_starts=args.learning_starts, width=width,
+                                  update_every=1, buffer_size=args.buffer_size)
+                end = time.time()
+                run_s = row["env_steps"] / row["env_steps_per_s"]
+                row.update(games=games, agents_per_game=n, agents_per_program=n * len(games),
+                           width=width, run_start=end - run_s, run_end=end,
+                           agent_steps_per_s=row["env_steps_per_s"])
+                result["rows"].append(row)
+                print(f"{', '.join(games)} {agent}: {n * len(games)} agents per program, "
+                      f"{row['agent_steps_per_s']:.1f} agent steps/s", flush=True)
+                write_json(args.out, result)
     write_json(args.out, result)
 
 
@@ -344,12 +353,15 @@ def collect(args: argparse.Namespace) -> dict:
         if res and "over_span_agent_steps_per_s" in res:
             rates[f"{res['agent']}_{k}_games_side_by_side_"
                   f"{res['agents_per_program']}_agents_each"] = res["over_span_agent_steps_per_s"]
+    for r in stages["atari_games_program"].get("result", {}).get("rows", []):
+        rates[f"{r['agent']}_{len(r['games'])}_games_in_one_program_"
+              f"{r['agents_per_game']}_agents_each"] = r["agent_steps_per_s"]
     proj = projections(rates)
     proj["note"] = (
-        "the studies train HyperAgent; a program holds one game, so 5 (8-hard) or 3 (26-game) "
-        "seeds per game fill at most that many agents of a program: the side-by-side rates "
-        "(several one-game programs on the GPU) are the layout such a study can use, the best "
-        "agents-per-program rate a bound for it. The stages' replays are small "
+        "the studies train HyperAgent with 5 (8-hard) or 3 (26-game) seeds per game: the "
+        "layouts such a study can use are several one-game programs side by side and several "
+        "games in one program (the ALE's full action set; a one-game run has the game's own "
+        "set), the best agents-per-program rate a bound for both. The stages' replays are small "
         "(buffer_size_per_agent); the studies' 100k per agent take 0.71 GB each "
         "(docs/atari.md), so 40 agents at once need about 28 GB of GPU memory")
     payload = {
@@ -457,9 +469,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="stage", required=True)
     a = sub.add_parser("atari-agents")
-    a.add_argument("--game", default="Breakout")
+    a.add_argument("--game", nargs="+", default=["Breakout"])
+    a.add_argument("--games-per-program", type=int, nargs="+",
+                   help="one program per count K, holding the first K games of --game")
     a.add_argument("--agents", nargs="+", default=["hyperagent", "dqn"])
-    a.add_argument("--per-program", type=int, nargs="+", default=[8, 32, 128])
+    a.add_argument("--per-program", type=int, nargs="+", default=[8, 32, 128],
+                   help="agents per game in a program")
     a.add_argument("--steps", type=int, default=1000, help="agent steps per agent")
     a.add_argument("--buffer-size", type=int, default=10_000)
     a.add_argument("--learning-starts", type=int, default=64)

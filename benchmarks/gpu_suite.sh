@@ -8,9 +8,9 @@
 #   bash benchmarks/gpu_suite.sh wheels    # HERE, on a CPU machine with PyPI: builds the
 #                                          # gitignored benchmarks/wheels/ the GPU run installs
 #
-# Stages, each under its own `timeout` (seconds; the budgets sum to 490 s, plus
-# about 20-40 s of setup and summaries; B_AGENTS, B_GAMES, B_LEARN, B_BANDIT, B_DEEPSEA, B_LLM
-# override them), each
+# Stages, each under its own `timeout` (seconds; the budgets sum to 515 s, plus
+# about 20-40 s of setup and summaries; B_AGENTS, B_GAMES, B_PROGRAM, B_LEARN, B_BANDIT,
+# B_DEEPSEA, B_LLM override them), each
 # writing its own JSON under $OUT/gpu_suite/ as it goes; a stage that fails or runs out of time
 # is recorded with its exit code and the end of its log, and the suite goes on:
 #   setup         install the carried wheels if hyperx's imports are missing (below)
@@ -19,6 +19,8 @@
 #                 agent (Breakout)
 #   atari_games_2, atari_games_4   2 and 4 one-game programs (8 HyperAgent agents each) side
 #                 by side, summed
+#   atari_games_program   the same 2 and 4 games in ONE program (8 agents each, the ALE's
+#                 full action set)
 #   learning      Alien, 8 seeds in one program, 20k agent steps, evaluated at 20k against the
 #                 authors' range (atari_parity.py; summarised from its finished chunks)
 #   bandit        regret sweeps at 10,000 seeds (Russo d = 50, K = 1000), seed-rounds/s
@@ -115,14 +117,14 @@ export -f side_by_side
 
 if [ "${DRY_RUN:-0}" = 1 ]; then
   # tiny sizes; side by side, dqn (it compiles in half HyperAgent's time on a CPU) on Breakout
-  PER_PROGRAM=2; SIDE_AGENTS=1; SIDE_AGENT=dqn; SIDE_GAMES="Breakout Breakout Breakout Breakout"
+  PER_PROGRAM=2; SIDE_AGENTS=1; SIDE_AGENT=dqn; SIDE_GAMES="Breakout Pong Breakout Pong"
   ATARI_SIZES="--steps 32 --buffer-size 256 --learning-starts 16"
   LEARN="--steps 64 --eval-every 64 --chunk-steps 32 --seeds 2 --seeds-per-program 2
          --eval-episodes 1 --eval-max-steps 30 --random-episodes 1 --learning-starts 16"
   BANDIT="--seeds 8 --steps 20 --dim 4 --arms 16 --cpu-baseline"
   DEEPSEA="--size 4 --steps 64 --seeds 8"
   LLM="--steps 3 --tiny"
-  B_AGENTS=240; B_GAMES=200; B_LEARN=150; B_BANDIT=60; B_DEEPSEA=60; B_LLM=90
+  B_AGENTS=240; B_GAMES=200; B_PROGRAM=200; B_LEARN=150; B_BANDIT=60; B_DEEPSEA=60; B_LLM=90
 else
   PER_PROGRAM="8 32 128"; SIDE_AGENTS=8; SIDE_AGENT=hyperagent; SIDE_GAMES="Breakout Alien Pong Freeway"
   ATARI_SIZES="--steps 500 --buffer-size 10000 --learning-starts 32"
@@ -131,8 +133,9 @@ else
   BANDIT="--seeds 10000 --steps 500 --dim 50 --arms 1000"
   DEEPSEA="--size 10 --steps 3000 --seeds 1024"
   LLM="--steps 11"
-  B_AGENTS=${B_AGENTS:-120}; B_GAMES=${B_GAMES:-50}; B_LEARN=${B_LEARN:-165}
-  B_BANDIT=${B_BANDIT:-30}; B_DEEPSEA=${B_DEEPSEA:-30}; B_LLM=${B_LLM:-45}
+  B_AGENTS=${B_AGENTS:-110}; B_GAMES=${B_GAMES:-40}; B_PROGRAM=${B_PROGRAM:-60}
+  B_LEARN=${B_LEARN:-165}; B_BANDIT=${B_BANDIT:-30}; B_DEEPSEA=${B_DEEPSEA:-30}
+  B_LLM=${B_LLM:-40}
 fi
 export PY DIR SIDE_AGENTS SIDE_AGENT SIDE_GAMES ATARI_SIZES
 
@@ -141,6 +144,10 @@ stage atari_agents "$B_AGENTS" "$PY" benchmarks/gpu_suite.py atari-agents \
   --agents hyperagent dqn --per-program $PER_PROGRAM $ATARI_SIZES --out "$DIR/atari_agents.json"
 stage atari_games_2 "$B_GAMES" bash -c "side_by_side 2 $B_GAMES"
 stage atari_games_4 "$B_GAMES" bash -c "side_by_side 4 $B_GAMES"
+# shellcheck disable=SC2086
+stage atari_games_program "$B_PROGRAM" "$PY" benchmarks/gpu_suite.py atari-agents \
+  --game $SIDE_GAMES --games-per-program 2 4 --agents "$SIDE_AGENT" --per-program $SIDE_AGENTS \
+  $ATARI_SIZES --out "$DIR/atari_games_program.json"
 # shellcheck disable=SC2086
 stage learning "$B_LEARN" "$PY" benchmarks/atari_parity.py --games Alien --agents hyperagent \
   $LEARN --no-checkpoints --no-eval-at-start --out-dir "$DIR/learning" \

@@ -243,10 +243,10 @@ def _eval_only(args: argparse.Namespace) -> int:
     write_summary_json(out, result, "eval_only.json")
     videos = (f", {plural(len(saved.videos), 'video')} in {out / 'videos'}"
               if saved.videos else "")
-    print(f"{run.agent} on {_title_games(run.game)}, the checkpoint of env step {saved.env_step}: mean score "
-          f"{result['score_mean']:.1f} over {plural(run.seeds, 'seed')} x "
-          f"{plural(episodes, 'game')} ({saved.protocol}); wrote {out / 'eval_only.json'}"
-          f"{videos}")
+    print(f"{run.agent} on {_title_games(run.game)}, the checkpoint of env step "
+          f"{saved.env_step}: mean score {result['score_mean']:.1f} over "
+          f"{plural(run.seeds, 'seed')} x {plural(episodes, 'game')} ({saved.protocol}); "
+          f"wrote {out / 'eval_only.json'}{videos}")
     return 0
 
 

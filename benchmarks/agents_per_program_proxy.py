@@ -33,9 +33,13 @@ Several games in one program (``--several-games G1 G2 ...``, added to an existin
 as ``several_games``): ``--agents-per-game`` agents of each game alone in its own program, and
 the first 2, 3, ... games together in one program
 (:class:`hyperx.envs.atari.AtariGames`, every game's emulators started before any is waited
-for); in both modes the one program's iteration time is set against the SUM of the one-game
-programs' (the time to step the same agents one program after another). A ratio at or below 1
-means holding the games in one program adds no per-step overhead. The one-game programs have
+for), and the first game alone with as many agents as that program. In both modes the
+several-game program's iteration time is set against (a) the SUM of the one-game programs'
+(the time to step the same agents one program after another: the same emulation) and (b) the
+one-game program of as many agents (the same batched update and acting: on this CPU the update's
+time per agent grows with the agents in a program, see above, which (a) does not separate from
+the layout). Ratios near 1 mean holding the games in one program adds no per-step overhead of
+its own. The one-game programs have
 each game's own action set, the several-game ones the ALE's 18 actions (a few more outputs of
 the proxy's last layer and of the argmax).
 
@@ -139,23 +143,27 @@ def several_games(kind: str, games: list[str], per_game: int, steps: int, width:
     rows = []
     for learn in (True, False):
         for k in range(1, len(games) + 1):
-            for layout in ([[g] for g in games] if k == 1 else [games[:k]]):
-                row = measure(kind, layout, per_game * len(layout), steps, width, learn)
+            layouts = [[g] for g in games] if k == 1 else [games[:k], [games[0]]]
+            for layout in layouts:
+                row = measure(kind, layout, per_game * k, steps, width, learn)
                 rows.append(row)
                 print(f"{kind} {row['mode']}: {', '.join(row['games'])}, {row['agents']} agents"
                       f" {row['iteration_ms']:.2f} ms per iteration", flush=True)
     summary = {}
     for mode in ("learn", "idle"):
-        alone = {r["games"][0]: r["iteration_ms"] for r in rows
+        alone = {(r["games"][0], r["agents"]): r["iteration_ms"] for r in rows
                  if r["mode"] == mode and len(r["games"]) == 1}
         for r in rows:
             if r["mode"] == mode and len(r["games"]) > 1:
-                separate = sum(alone[g] for g in r["games"])
+                separate = sum(alone[g, per_game] for g in r["games"])
+                same = alone[games[0], r["agents"]]
                 summary[f"{mode}/{len(r['games'])}_games"] = {
                     "games": r["games"], "agents": r["agents"],
                     "one_program_iteration_ms": r["iteration_ms"],
                     "sum_of_one_game_programs_ms": separate,
-                    "ratio": r["iteration_ms"] / separate}
+                    "ratio_to_separate_programs": r["iteration_ms"] / separate,
+                    f"{games[0]}_alone_same_agents_ms": same,
+                    "ratio_to_one_game_same_agents": r["iteration_ms"] / same}
     return {"kind": kind, "agents_per_game": per_game, "steps_per_agent": steps,
             "summary": summary, "rows": rows}
 

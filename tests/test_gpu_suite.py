@@ -54,6 +54,8 @@ def test_collect_picks_the_best_rates_and_records_failures(tmp_path):
         (d / f"atari_games_2_{i}.json").write_text(json.dumps(
             {"game": game, "rows": [_row("hyperagent", 8, 800.0, start=float(i))]}))
     (d / "atari_games_2.rc").write_text("0\n")
+    (d / "atari_games_program.json").write_text(json.dumps({"rows": [
+        dict(_row("hyperagent", 16, 1200.0), games=["Breakout", "Alien"], agents_per_game=8)]}))
     (d / "bandit.rc").write_text("124\n")
     (d / "bandit.log").write_text("compiling\nkilled\n")
     (d / "bandit.json").write_text(json.dumps({"rows": [{"learner": "exact_ts"}]}))
@@ -74,7 +76,8 @@ def test_collect_picks_the_best_rates_and_records_failures(tmp_path):
     rates = out["projections"]["rates_agent_steps_per_s"]
     assert rates == {"hyperagent_best_agents_per_program_32": 2000.0,
                      "dqn_best_agents_per_program_8": 900.0,
-                     "hyperagent_2_games_side_by_side_8_agents_each": 800.0}
+                     "hyperagent_2_games_side_by_side_8_agents_each": 800.0,
+                     "hyperagent_2_games_in_one_program_8_agents_each": 1200.0}
     hours = out["projections"]["studies"]["hyperagent_8hard"]["gpu_hours"]
     assert hours["hyperagent_best_agents_per_program_32"] == pytest.approx(80e6 / 2000 / 3600)
 
@@ -129,8 +132,12 @@ def test_dry_run_records_every_stage_and_the_projections(tmp_path):
     assert all(r["agent_steps_per_s"] > 0 for r in agents)
     for k in (2, 4):
         games = stages[f"atari_games_{k}"]["result"]
-        assert games["complete"] and games["games"] == ["Breakout"] * k
+        assert games["complete"] and games["games"] == ["Breakout", "Pong"] * (k // 2)
         assert games["over_span_agent_steps_per_s"] > 0
+    program = stages["atari_games_program"]["result"]["rows"]
+    assert [(r["games"], r["agents_per_program"]) for r in program] == [
+        (["Breakout", "Pong"], 2), (["Breakout", "Pong", "Breakout", "Pong"], 4)]
+    assert all(r["agent_steps_per_s"] > 0 for r in program)
     evals = stages["learning"]["result"]["games"]["Alien"]["hyperagent"]["evals"]
     assert list(evals) == ["64"] and len(evals["64"]) == 2
     assert stages["learning"]["check"]["seeds_by_step"] == {"64": 2}

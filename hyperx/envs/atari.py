@@ -33,6 +33,7 @@ loops and users' own code), and :meth:`AtariEnv.xla` returns ``(state, step)`` w
 ``step(state, actions) -> (state, AtariStep)`` that runs inside ``jax.jit`` and ``lax.scan``.
 Batches are ordered by environment id (both backends run synchronously: batch = all envs).
 An env handle cannot be vmapped: batch seeds by giving one pool ``seeds x envs`` environments.
+:class:`AtariGames` puts several games' pools side by side in one batch with the same faces.
 
 Screens (``screen=True``): the same games with full-size RGB observations (B, 210, 160, 3)
 instead of the 84 x 84 grayscale stack; like the agent's frames, each is the max over the agent

@@ -587,8 +587,9 @@ def test_atari_resume_without_checkpoint_is_refused(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert err.value.code == 2 and len(lines) == 1 and "run.json missing" in lines[0]
     args = build_parser().parse_args([*ATARI, "--out", str(out)])
-    from hyperx.commands.atari import NOT_SETTINGS
+    from hyperx.commands.atari import NOT_SETTINGS, _validate
 
+    _validate(args)  # the settings as the command saves them (one game: its name)
     out.mkdir()
     write_manifest(out, "atari", {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS})
     with pytest.raises(SystemExit) as err:

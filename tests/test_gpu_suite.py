@@ -150,5 +150,7 @@ def test_dry_run_records_every_stage_and_the_projections(tmp_path):
     assert llm["8x_wider"]["d_model"] == 8 * llm["benchmark_model"]["d_model"]
     assert all(s["median_step_s"] > 0 for s in llm.values())
     studies = out["projections"]["studies"]
-    assert all(len(s["gpu_hours"]) == 4 and all(h > 0 for h in s["gpu_hours"].values())
+    # a rate each: the best agents per program of the 2 agents, 2 and 4 games side by side,
+    # 2 and 4 games in one program
+    assert all(len(s["gpu_hours"]) == 6 and all(h > 0 for h in s["gpu_hours"].values())
                for s in studies.values())

@@ -331,12 +331,3 @@ def check_key(name: str, key) -> None:
            else f"an array of dtype {dtype} and shape {tuple(np.shape(key))}")
     raise TypeError(f"{name}: expected one PRNG key (jax.random.key(seed) or "
                     f"jax.random.PRNGKey(seed)), got {got}")
-
-
-def check_number(name: str, value, low: float | None = None, high: float | None = None, *,
-                 open_low: bool = False, open_high: bool = False) -> None:
-    """:func:`check_range` that also refuses ``bool`` (``True`` is not the number 1.0 here):
-    a finite real number in the interval, or a one-line error naming ``name``."""
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name}: expected a number, got {value!r}")
-    check_range(name, value, low, high, open_low=open_low, open_high=open_high)

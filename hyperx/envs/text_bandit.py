@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_choice, check_flag, check_int, check_number
+from hyperx._validation import check_choice, check_flag, check_int, check_range
 from hyperx.envs.bandit_base import BanditEnv, Round, gaussian_reward
 
 Array = jax.Array
@@ -99,7 +99,7 @@ def load_texts(
     is hateful when its label is > ``threshold``. A ``datasets`` folder holding a
     ``DatasetDict`` uses its ``split``.
     """
-    check_number("threshold", threshold)
+    check_range("threshold", threshold)
     path = os.fspath(path)
     if os.path.isdir(path):
         try:
@@ -377,7 +377,7 @@ def text_bandit(
         if len(data) != 2:
             raise ValueError(f"data: expected a path or a (texts, labels) pair, got a tuple of "
                              f"{len(data)}")
-        check_number("threshold", threshold)
+        check_range("threshold", threshold)
         texts, hateful = _as_texts_labels(list(data[0]), list(data[1]), threshold)
     elif not isinstance(data, (str, os.PathLike)) or not os.path.exists(data):
         raise ValueError(f"data: expected a CSV file, a datasets folder or a (texts, labels) "

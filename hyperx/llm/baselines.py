@@ -55,7 +55,7 @@ from hyperx._validation import (
     check_floating,
     check_index,
     check_integer,
-    check_number,
+    check_range,
     check_rank,
     check_shape,
     float_dtype,
@@ -230,7 +230,7 @@ def otb_advantages(
     _check_group("proxy", proxy, response_mask)
     if is_weights is not None:
         _check_group("is_weights", is_weights, response_mask)
-    check_number("eps", eps, 0.0, open_low=True)
+    check_range("eps", eps, 0.0, open_low=True)
     check_flag("zero_tail", zero_tail)
     check_flag("multi_turn", multi_turn)
     valid = lax.stop_gradient(jnp.asarray(response_mask)) > 0
@@ -326,7 +326,7 @@ def grpo_advantages(
     score of a valid response is an error on concrete input (``check_finite`` under ``jit``);
     otherwise it makes its whole group NaN.
     """
-    check_number("eps", eps, 0.0, open_low=True)
+    check_range("eps", eps, 0.0, open_low=True)
     valid, r, n, mean = _group_stats(scores, response_mask, check_finite)
     dev = jnp.where(valid, r - mean, 0.0)
     std = jnp.sqrt(jnp.sum(dev**2, axis=1, keepdims=True) / jnp.maximum(n - 1.0, 1.0))

@@ -44,7 +44,7 @@ from hyperx._validation import (
     check_index,
     check_integer,
     check_log_prob_where,
-    check_number,
+    check_range,
     check_rank,
     check_shape,
     float_dtype,
@@ -77,7 +77,7 @@ def _geo_rs(lower: float, upper: float) -> Rejection:
     """verl's Geo-RS rejection for ratio thresholds ``"L_U"`` (see
     :meth:`CorrectionConfig.geo_mask`), with errors in the caller's ratio units."""
     for name, value in (("lower", lower), ("upper", upper)):
-        check_number(name, value, 0.0, open_low=True)
+        check_range(name, value, 0.0, open_low=True)
     if not lower <= 1.0 <= upper:
         raise ValueError(f"lower/upper: expected ratio thresholds with lower <= 1 <= upper "
                          f"(on-policy responses, rho = 1, are kept), got ({lower}, {upper})")
@@ -131,7 +131,7 @@ class Rejection:
         floor = 0.0 if self.statistic == "ratio" else None
         for name, v in (("lower", self.lower), ("upper", self.upper)):
             if v is not None:
-                check_number(name, v, floor)
+                check_range(name, v, floor)
         if self.lower is not None and self.upper is not None and self.lower > self.upper:
             raise ValueError(f"lower/upper: expected lower <= upper, "
                              f"got {self.lower} > {self.upper}")
@@ -183,14 +183,14 @@ class CorrectionConfig:
 
     def __post_init__(self) -> None:
         check_choice("weights", self.weights, WEIGHT_MODES)
-        check_number("weight_upper", self.weight_upper, 0.0, open_low=True)
+        check_range("weight_upper", self.weight_upper, 0.0, open_low=True)
         if self.weight_lower is not None:
-            check_number("weight_lower", self.weight_lower, 0.0)
+            check_range("weight_lower", self.weight_lower, 0.0)
             if self.weight_lower > self.weight_upper:
                 raise ValueError(f"weight_lower: expected <= weight_upper={self.weight_upper}, "
                                  f"got {self.weight_lower}")
         if self.trm_kl is not None:
-            check_number("trm_kl", self.trm_kl, 0.0, open_low=True)
+            check_range("trm_kl", self.trm_kl, 0.0, open_low=True)
         if not isinstance(self.rejections, tuple) or not all(
                 isinstance(r, Rejection) for r in self.rejections):
             raise TypeError(f"rejections: expected a tuple of Rejection, got {self.rejections!r}")

@@ -42,7 +42,7 @@ from hyperx._validation import (
     check_int,
     check_log_prob_where,
     check_mask_values,
-    check_number,
+    check_range,
     check_rank,
     check_shape,
     float_dtype,
@@ -84,11 +84,11 @@ class ObjectiveConfig:
     def __post_init__(self) -> None:
         check_choice("loss", self.loss, LOSSES)
         check_choice("agg", self.agg, AGGREGATIONS)
-        check_number("clip_eps", self.clip_eps, 0.0, open_low=True)
+        check_range("clip_eps", self.clip_eps, 0.0, open_low=True)
         if self.clip_eps_high is not None:
-            check_number("clip_eps_high", self.clip_eps_high, 0.0, open_low=True)
+            check_range("clip_eps_high", self.clip_eps_high, 0.0, open_low=True)
         if self.dual_clip is not None:
-            check_number("dual_clip", self.dual_clip, 1.0, open_low=True)
+            check_range("dual_clip", self.dual_clip, 1.0, open_low=True)
         check_flag("sequence_ratio", self.sequence_ratio)
         if self.max_length is not None:
             check_int("max_length", self.max_length)

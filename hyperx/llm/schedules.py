@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from hyperx._validation import check_choice, check_flag, check_int, check_number, is_concrete
+from hyperx._validation import check_choice, check_flag, check_int, check_range, is_concrete
 from hyperx._validation import check_finite as _check_finite_values
 
 
@@ -111,22 +111,22 @@ def length_aware_scale(
       An ``optax.GradientTransformationExtraArgs`` whose ``update(updates, state, params=None,
       *, mean_length, mismatch_kl=None)`` multiplies ``updates`` by the new scale.
     """
-    check_number("fast_decay", fast_decay, 0.0, 1.0, open_high=True)
-    check_number("slow_decay", slow_decay, 0.0, 1.0, open_high=True)
+    check_range("fast_decay", fast_decay, 0.0, 1.0, open_high=True)
+    check_range("slow_decay", slow_decay, 0.0, 1.0, open_high=True)
     if not fast_decay < slow_decay:
         raise ValueError(
             f"fast_decay, slow_decay: expected 0 <= fast_decay < slow_decay < 1, "
             f"got {fast_decay}, {slow_decay}"
         )
-    check_number("threshold", threshold, 0.0, open_low=True)
+    check_range("threshold", threshold, 0.0, open_low=True)
     check_int("window", window)
     check_int("warmup_steps", warmup_steps, 0)
     check_choice("mode", mode, ("multiplicative", "cosine"))
-    check_number("factor", factor, 0.0, 1.0, open_low=True)
-    check_number("min_scale", min_scale, 0.0, 1.0)
+    check_range("factor", factor, 0.0, 1.0, open_low=True)
+    check_range("min_scale", min_scale, 0.0, 1.0)
     check_int("decay_steps", decay_steps)
     if kl_threshold is not None:
-        check_number("kl_threshold", kl_threshold, 0.0, open_low=True)
+        check_range("kl_threshold", kl_threshold, 0.0, open_low=True)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"dtype: expected a floating dtype, got {dtype}")
     check_flag("check_finite", check_finite)

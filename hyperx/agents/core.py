@@ -309,7 +309,7 @@ def epsilon_greedy(key: Array, q: Array, epsilon: Array | float,
 def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
                num_states: int | None = None, step_budget: int | None = None,
                num_envs: int | None = None, replay: ReplayFactory = make_replay_buffer,
-               num_seeds: int = 1, carries: int = 1) -> Agent:
+               num_seeds: int = 1) -> Agent:
     """Build the agent of ``config`` for observations shaped like ``obs_example``.
 
     One set of functions serves one environment or ``B = num_envs`` at once: every per-env
@@ -344,16 +344,13 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
       num_envs: act in B = ``num_envs`` environments at once.
       replay: the buffer's builder (:class:`~hyperx.replay.ReplayFactory`), default
         :func:`hyperx.replay.make_replay_buffer` (whole transitions).
-      num_seeds, carries: what the memory check counts: seeds of this agent on one device
-        (vmapped), and states of a seed held at once (2 for a loop whose compiled chunk does
-        not donate its state: the chunk's input and output).
+      num_seeds: seeds of this agent on one device (vmapped), for the memory check.
 
     Raises ``ValueError`` with the estimate (:func:`check_agent_memory`) when ``num_seeds``
     seeds' states cannot fit in device memory, before anything is allocated.
     """
     check_int("num_actions", num_actions)
     check_int("num_seeds", num_seeds)
-    check_int("carries", carries)
     obs_example = jnp.asarray(obs_example)
     if num_states is not None:
         check_int("num_states", num_states)
@@ -471,16 +468,15 @@ def make_agent(config: AgentConfig, num_actions: int, obs_example: Array, *,
 
     agent = Agent(config, network, init, act, observe, learn, acting_index, eval_act,
                   q_values)
-    check_agent_memory(agent, capacity, num_seeds, carries)
+    check_agent_memory(agent, capacity, num_seeds)
     return agent
 
 
-def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1,
-                       carries: int = 1) -> None:
+def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1) -> None:
     """Raise ``ValueError`` with the estimate when ``num_seeds`` seeds of ``agent`` cannot fit
     in device memory, from shapes only (``jax.eval_shape`` of ``init``: nothing is allocated).
 
-    Counted per seed: ``carries`` copies of the state (online and target parameters, the
+    Counted per seed: the state (online and target parameters, the
     frozen prior, Adam's two moments, the replay of ``capacity`` transitions with their
     ``index_dim`` perturbations z), one gradient (the parameters' size) and the loss's float32
     indices (``batch_size x num_indices x index_dim``, or the support, twice: online and
@@ -493,12 +489,11 @@ def check_agent_memory(agent: Agent, capacity: int, num_seeds: int = 1,
         indices = make_index(config.index, config.index_dim).support_size()
     else:
         indices = config.batch_size * config.num_indices
-    per_seed = (carries * tree_bytes(state) + tree_bytes(state.params)
+    per_seed = (tree_bytes(state) + tree_bytes(state.params)
                 + 2 * 4 * indices * config.index_dim)
-    held = "" if carries == 1 else f", the state held {carries} times"
     seeds = "" if num_seeds == 1 else f" x {num_seeds:,} seeds"
     check_memory(f"{config.name} with index_dim = {config.index_dim} and {capacity:,} replay "
-                 f"slots ({format_bytes(per_seed)} per seed{held}){seeds}",
+                 f"slots ({format_bytes(per_seed)} per seed){seeds}",
                  num_seeds * per_seed, device_memory_bytes(), "device memory for the agent's "
                  "state, a gradient and the loss's indices")
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import math
 import time
@@ -352,11 +353,7 @@ def compiled_step(program: AtariProgram, pools: Sequence[tuple[EnvCarry, Callabl
     mapped = jax.shard_map(body, mesh=Mesh(np.asarray(list(devices)), ("runs",)),
                            in_specs=(runs, runs, PartitionSpec()),
                            out_specs=((runs, runs), runs), check_vma=False)
-
-    def step(c: tuple[EnvCarry, SeedCarry], t: Array) -> tuple[tuple, StepLog]:
-        return mapped(c[0], c[1], t)
-
-    return env_carry, step
+    return env_carry, lambda c, t: mapped(*c, t)
 
 
 def host_steps(program: AtariProgram, env: AtariEnv, seeds: SeedCarry, num_steps: int
@@ -603,28 +600,20 @@ def train_atari(
         saved_step=None if manager is None or manager.restored_step is None
         else manager.restored_step * envs_per_seed,
         cleanup=(resources.close,)).carry
-    compile_time, run_time, iterations_run = (timing["compile"], timing["run"],
-                                              timing["iterations"])
     best = _labelled(_best(program, carry, best_eval_episodes, seed, eval_max_steps,
                            functools.partial(make_pool, games, several=several, training=False,
                                              **env_options)), games, several)
     evaluations = _labelled(_evaluation_rows(carry.evals, seeds), games, several)
     replay = jax.tree.map(lambda x: x[0], carry.seeds.agent.replay)
     return AtariResult(episodes, evaluations, best,
-                       iterations_run * seeds * envs_per_seed / run_time if run_time else 0.0,
-                       compile_time, replay_bytes(replay),
+                       timing["iterations"] * seeds * envs_per_seed / timing["run"]
+                       if timing["run"] else 0.0, timing["compile"], replay_bytes(replay),
                        min(int(carry.t), iterations) * envs_per_seed, carry, games)
 
 
 def _runs(games: Sequence[str]) -> list[tuple[str, int]]:
     """Consecutive equal names as (name, count) runs: ``AAB`` -> ``[(A, 2), (B, 1)]``."""
-    runs: list[tuple[str, int]] = []
-    for g in games:
-        if runs and runs[-1][0] == g:
-            runs[-1] = (g, runs[-1][1] + 1)
-        else:
-            runs.append((g, 1))
-    return runs
+    return [(g, len(list(run))) for g, run in itertools.groupby(games)]
 
 
 def _labelled(rows: list[dict], games: Sequence[str], several: bool) -> list[dict]:
@@ -664,12 +653,9 @@ def saved_games(checkpoint_dir: str, env_steps: int) -> list[dict]:
 
 def _finished_games(log: StepLog, t0: int, envs_per_seed: int) -> list[dict]:
     ended = np.asarray(log.ended)
-    rows = []
-    for i, s, e in zip(*np.nonzero(ended), strict=True):
-        rows.append(dict(seed=int(s), env=int(e), env_step=(t0 + int(i) + 1) * envs_per_seed,
-                         score=float(log.game_return[i, s, e]),
-                         length=int(log.game_length[i, s, e])))
-    return rows
+    return [dict(seed=int(s), env=int(e), env_step=(t0 + int(i) + 1) * envs_per_seed,
+                 score=float(log.game_return[i, s, e]), length=int(log.game_length[i, s, e]))
+            for i, s, e in zip(*np.nonzero(ended), strict=True)]
 
 
 def _best(program: AtariProgram, carry: AtariCarry, episodes: int, seed: int,

@@ -44,6 +44,7 @@ from hyperx._validation import (
     device_memory_bytes,
     format_bytes,
     plural,
+    tree_bytes,
 )
 from hyperx.agents.config import AgentConfig
 from hyperx.agents.core import Agent, AgentState, Transition, make_agent
@@ -229,7 +230,7 @@ def check_carry_memory(program: DeepSeaProgram, num_seeds: int) -> None:
     keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
     mappings = jax.ShapeDtypeStruct((num_seeds, n, n), jnp.int32)
     carry = jax.eval_shape(program.init, keys, mappings)
-    nbytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(carry))
+    nbytes = tree_bytes(carry)
     check_memory(f"DeepSea({n}) with {plural(num_seeds, 'seed')} "
                  f"({format_bytes(nbytes / num_seeds)} per seed)",
                  3 * nbytes + 4 * num_seeds * n * n, device_memory_bytes(), "device memory")
@@ -333,12 +334,13 @@ def train_deepsea(
     steps_done = min(int(carry.t), program.num_steps)
     returns, bad = to_host((carry.seeds.returns, carry.seeds.bad))
     done = steps_done // size
-    learned = [_learned(returns[s, :done], bad[s, :done]) for s in range(num_seeds)]
     steps_run = (steps_done - steps_before) * num_seeds
     return DeepSeaResult(
         returns=returns[:, :done], bad=bad[:, :done],
-        learned_bsuite=np.array([b for b, _ in learned], np.int64),
-        learned_running_mean=np.array([r for _, r in learned], np.int64),
+        learned_bsuite=np.array([deepsea.bsuite_learned_episode(bad[s, :done])
+                                 for s in range(num_seeds)], np.int64),
+        learned_running_mean=np.array([deepsea.running_mean_learned_episode(returns[s, :done])
+                                       for s in range(num_seeds)], np.int64),
         compile_time_s=compile_time, wall_time_s=run_time,
         env_steps_per_s=steps_run / run_time if run_time > 0 else float("nan"),
         steps_done=steps_done, carry=carry, steps_at_start=min(steps_before, program.num_steps))
@@ -447,10 +449,3 @@ def _place(carry: TrainCarry, devices: list[Any]) -> TrainCarry:
     replicated = NamedSharding(Mesh(np.asarray(devices), ("runs",)), PartitionSpec())
     return TrainCarry(jax.device_put(carry.t, replicated),
                       shard_leading_axis(carry.seeds, devices))
-
-
-def _learned(returns: np.ndarray, bad: np.ndarray) -> tuple[int, int]:
-    return (int(deepsea.bsuite_learned_episode(bad)),
-            int(deepsea.running_mean_learned_episode(returns)))
-
-

@@ -61,7 +61,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyperx._validation import check_int, check_memory, check_positive, device_memory_bytes
+from hyperx._validation import (
+    check_int,
+    check_memory,
+    check_positive,
+    check_range,
+    device_memory_bytes,
+    tree_bytes,
+)
 
 Array = jax.Array
 PyTree = Any
@@ -238,8 +245,7 @@ def replay_capacity(capacity: int, step_budget: int) -> int:
 
 def replay_bytes(state: ReplayState) -> int:
     """Bytes held by the buffer's arrays (works on ``jax.eval_shape`` output too)."""
-    return int(sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape))
-                   for x in jax.tree.leaves(state)))
+    return tree_bytes(state)
 
 
 def _has_field(tree: PyTree, name: str | None) -> bool:
@@ -284,8 +290,7 @@ def min_slots(spec: ReplaySpec) -> int:
 def init(spec: ReplaySpec, capacity: int, example: PyTree) -> ReplayState:
     """An empty buffer of ``capacity`` slots (split evenly over the streams, rounded up), shaped
     like ``example``: ONE transition, unbatched."""
-    if not isinstance(capacity, int | np.integer) or capacity < 1:
-        raise ValueError(f"capacity: expected a positive integer, got {capacity!r}")
+    check_int("capacity", capacity, high=2**62)
     per_stream = _per_stream(spec, capacity)
     if per_stream < min_slots(spec):
         raise ValueError(f"capacity: expected at least {min_slots(spec) * spec.num_streams} "
@@ -484,15 +489,11 @@ def make_replay_buffer(n_step: int = 1, gamma: float = 0.99, *, num_streams: int
       valid=None)``, ``sample(state, key, batch_size)`` (``batch_size`` static),
       ``can_sample(state, batch_size)``, ``num_sampleable(state)`` and ``spec``.
     """
-    if not isinstance(n_step, int) or n_step < 1:
-        raise ValueError(f"n_step: expected an integer >= 1, got {n_step!r}")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma: expected a value in [0, 1], got {gamma}")
-    if not isinstance(num_streams, int | np.integer) or num_streams < 1:
-        raise ValueError(f"num_streams: expected an integer >= 1, got {num_streams!r}")
-    if not isinstance(history, int | np.integer) or history < 0:
-        raise ValueError(f"history: expected an integer >= 0, got {history!r}")
-    spec = ReplaySpec(n_step, float(gamma), int(num_streams), reward, terminal, next_obs,
+    check_int("n_step", n_step)
+    check_range("gamma", gamma, 0.0, 1.0)
+    check_int("num_streams", num_streams)
+    check_int("history", history, low=0)
+    spec = ReplaySpec(int(n_step), float(gamma), int(num_streams), reward, terminal, next_obs,
                       truncated, obs, int(history))
     bind = lambda fn: functools.partial(fn, spec)
     return ReplayBuffer(bind(init), bind(add), bind(sample), bind(can_sample),

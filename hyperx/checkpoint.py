@@ -203,11 +203,8 @@ def restore_saved(directory: str, metadata: dict[str, Any], like: Any, command: 
 
 
 def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _file_digests(folder: str) -> dict[str, list]:

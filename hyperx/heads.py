@@ -565,10 +565,7 @@ def make_network(module: nn.Module) -> Network:
         variables = module.init(key, x, xi)
         return {"params": variables["params"], PRIOR: variables.get(PRIOR, {})}
 
-    def apply(variables: Variables, x: Array, xi: Array) -> Array:
-        return module.apply(variables, x, xi)
-
-    return Network(init, apply)
+    return Network(init, module.apply)
 
 
 def trainable_params(variables: Variables) -> Any:

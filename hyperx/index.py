@@ -106,11 +106,6 @@ class IndexDistribution(NamedTuple):
         return jnp.array(list(itertools.product((1.0, -1.0), repeat=m)), jnp.float32)
 
 
-_SCALES = {"gaussian": lambda m: 1.0, "sphere": lambda m: 1.0 / m,
-           "scaled_sphere": lambda m: 1.0, "coordinate": lambda m: 1.0,
-           "one_hot": lambda m: 1.0 / m, "cube": lambda m: 1.0}
-
-
 def make_index(name: str, dim: int) -> IndexDistribution:
     """Build the index distribution ``name`` on R^dim (see the module table).
 
@@ -122,4 +117,5 @@ def make_index(name: str, dim: int) -> IndexDistribution:
     dim = int(dim)
     enumerable = name in ("coordinate", "one_hot") or (name == "cube"
                                                        and dim <= MAX_CUBE_ENUM_DIM)
-    return IndexDistribution(name, dim, _SCALES[name](dim), enumerable)
+    scale = 1.0 / dim if name in ("sphere", "one_hot") else 1.0
+    return IndexDistribution(name, dim, scale, enumerable)

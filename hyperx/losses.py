@@ -117,8 +117,7 @@ def perturbed_regression_loss(
     err = targets[:, None] + noise - predictions
     loss = masked_mean(jnp.mean(jnp.square(err), axis=1), mask)
     if params is not None and weight_decay > 0:
-        sq = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
-        loss = loss + weight_decay / _num_data(num_data) * sq
+        loss = loss + weight_decay / _num_data(num_data) * _tree_sq_norm(params)
     return loss
 
 

@@ -77,10 +77,6 @@ class PerArmState(NamedTuple):
     counts: Array
 
 
-def _is_static(x) -> bool:
-    return isinstance(x, int | float)
-
-
 def _ridge_update(state: RidgeState, x: Array, r: Array) -> RidgeState:
     px = state.precision_inv @ x
     denom = 1.0 + x @ px
@@ -107,9 +103,9 @@ def epsilon_greedy(
       ridge: lambda > 0, the ridge penalty (prior precision).
     """
     check_choice("mean", mean, ("ridge", "per_arm"))
-    if _is_static(epsilon):
+    if isinstance(epsilon, int | float):
         check_range("epsilon", epsilon, 0.0, 1.0)
-    if _is_static(ridge):
+    if isinstance(ridge, int | float):
         check_positive("ridge", ridge)
 
     def choose(key: Array, values: Array) -> Array:

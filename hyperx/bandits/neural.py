@@ -344,25 +344,24 @@ def _gradient_model(widths: Sequence[int], ridge: float, nu: float, sample: bool
     return base._replace(init_extra=init_extra, observe=observe)
 
 
-def _check_gradient_args(nu: float, ridge: float) -> None:
+def _gradient_learner(nu: float, ridge: float, config: NeuralConfig, sample: bool) -> Learner:
+    """NeuralUCB (``sample=False``) or NeuralTS (``sample=True``) after checking the inputs."""
     check_positive("nu", nu, allow_zero=True)
     check_positive("ridge", ridge)
+    check_config(config)
+    return make_neural_learner(_gradient_model(config.hidden, ridge, nu, sample=sample), config)
 
 
 def neural_ucb(*, nu: float = 1.0, ridge: float = 1.0,
                config: NeuralConfig = DEFAULT_CONFIG) -> Learner:
     """NeuralUCB (Zhou et al., ICML 2020), diagonal design matrix (see the module docstring)."""
-    _check_gradient_args(nu, ridge)
-    check_config(config)
-    return make_neural_learner(_gradient_model(config.hidden, ridge, nu, sample=False), config)
+    return _gradient_learner(nu, ridge, config, sample=False)
 
 
 def neural_ts(*, nu: float = 1.0, ridge: float = 1.0,
               config: NeuralConfig = DEFAULT_CONFIG) -> Learner:
     """NeuralTS (Zhang et al., ICLR 2021), diagonal design matrix (see the module docstring)."""
-    _check_gradient_args(nu, ridge)
-    check_config(config)
-    return make_neural_learner(_gradient_model(config.hidden, ridge, nu, sample=True), config)
+    return _gradient_learner(nu, ridge, config, sample=True)
 
 
 def neural_epsilon_greedy(epsilon: float = 0.1, *,

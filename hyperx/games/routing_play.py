@@ -7,7 +7,7 @@ strategy; each sees its own travel time plus ``N(0, sigma_i^2)`` noise and the t
 occupancy (bandit feedback plus what GP-MW observes); Hedge sees instead the noise-free travel
 time of each of its routes against the others' routes (full information). Payoffs are minus
 travel times, rescaled with the known range ``[-L_i, 0]``, ``L_i`` the largest travel time of
-player i seen in random play (:func:`loss_scales`; the authors use 10000 random joint actions and
+player i seen in random play (:func:`setting`; the authors use 10000 random joint actions and
 ``sigma_i = 0.001 L_i``).
 
 A :class:`Population` holds one learner for all controlled players, its state batched over them
@@ -133,11 +133,6 @@ def setting(game: RoutingGame, controlled, horizon: int, key: Array, *, samples:
     scale = times.max(0)[controlled]
     return Setting(controlled, horizon, scale, noise_fraction * scale,
                    jnp.maximum(occ.max(0), 1e-6))
-
-
-def loss_scales(game: RoutingGame, controlled, key: Array, samples: int = 10000) -> Array:
-    """``L_i``, the largest travel time of each controlled player in random play (M,)."""
-    return setting(game, controlled, 1, key, samples=samples).loss_scale
 
 
 def _valid(game: RoutingGame, ids: np.ndarray) -> Array:

@@ -40,6 +40,9 @@ Outputs are per (seed, code): a finished one is skipped when the command is run 
 unfinished one starts over (neither code's run is checkpointed). The two codes run one after
 the other, never at once (this machine's two cores).
 
+``--summarise OUT_DIR``: the rates, intervals and tests over the seeds finished by both codes,
+into ``benchmarks/results/freeway_same_init.json|png`` (:func:`summarise`).
+
 Usage: ``nice python benchmarks/freeway_same_init.py --seeds 0 2 3 7 --steps 20000 --every 1000
 --out-dir benchmarks/results/freeway_same_init`` (``--codes ours`` or ``reference`` for one).
 """
@@ -254,6 +257,109 @@ def _summary(record: dict) -> str:
             f"{last['up_share']}, first reward at {record['first_reward_step']}{rate}")
 
 
+def _scores(record: dict) -> list[tuple[int, float]]:
+    """(agent step, score) of each finished training game (the authors' runner logs the
+    clipped return, Freeway's score: its rewards are 0 or 1)."""
+    return [(e["step"], e.get("score", e.get("clipped_return"))) for e in record["episodes"]]
+
+
+def summarise(out_dir: str, path: str) -> dict:
+    """Both codes' rates over the seeds that finished with both: a seed *scores* when its
+    first non-zero training reward comes within the run; the rates with Clopper-Pearson 95%
+    intervals, Fisher's exact test of equal rates, and the exact McNemar test on the seeds
+    where the codes disagree (the same weights make the seeds pairs). Writes ``path`` (JSON)
+    and the figure beside it (``.png``)."""
+    from scipy import stats
+
+    records: dict[int, dict[str, dict]] = {}
+    for folder in sorted(os.listdir(out_dir)):
+        if not folder.startswith("seed"):
+            continue
+        pair = {}
+        for code in CODES:
+            file = os.path.join(out_dir, folder, f"progress_{code}.json")
+            if _done(file):
+                with open(file) as f:
+                    pair[code] = json.load(f)
+        if len(pair) == len(CODES):
+            records[int(folder[4:])] = pair
+    if not records:
+        raise SystemExit(f"no seed in {out_dir} has finished with both codes")
+    seeds = sorted(records)
+    steps = {records[s][c]["steps"] for s in seeds for c in CODES}
+    if len(steps) != 1:
+        raise SystemExit(f"the finished runs have different lengths: {sorted(steps)}")
+    out = dict(game=GAME, steps=steps.pop(), seeds=seeds, per_seed={}, codes={},
+               command=f"python benchmarks/freeway_same_init.py --seeds {' '.join(map(str, seeds))}"
+                       " --steps 20000 --every 1000 --out-dir OUT, then --summarise OUT")
+    scored = {}
+    for code in CODES:
+        firsts = [records[s][code]["first_reward_step"] for s in seeds]
+        k, n = sum(f is not None for f in firsts), len(seeds)
+        ci = stats.binomtest(k, n).proportion_ci(method="exact")
+        scored[code] = [f is not None for f in firsts]
+        finals = [max([v for _, v in _scores(records[s][code])[-2:]], default=0.0)
+                  for s in seeds]
+        out["codes"][code] = dict(seeds_scoring=k, seeds=n, rate=k / n,
+                                  rate_ci95=[ci.low, ci.high],
+                                  mean_best_of_last_two_games=float(np.mean(finals)),
+                                  versions={key: records[seeds[0]][code].get(key)
+                                            for key in ("jax", "torch", "gym")
+                                            if key in records[seeds[0]][code]})
+    for s in seeds:
+        out["per_seed"][str(s)] = {
+            "init_up_share_at_start": records[s]["ours"].get("init_up_share_at_start"),
+            **{code: dict(first_reward_step=records[s][code]["first_reward_step"],
+                          last_scores=[v for _, v in _scores(records[s][code])[-3:]],
+                          up_share=[r["up_share"] for r in records[s][code]["rows"]],
+                          q_std_up=[r["q_std"][UP] for r in records[s][code]["rows"]])
+               for code in CODES}}
+    pairs = list(zip(scored["ours"], scored["reference"], strict=True))
+    table = [[pairs.count((True, True)), pairs.count((True, False))],
+             [pairs.count((False, True)), pairs.count((False, False))]]
+    discordant = table[0][1] + table[1][0]
+    out["tests"] = dict(
+        paired_table_ours_rows_reference_columns=table,
+        mcnemar_exact_p=float(stats.binomtest(table[0][1], discordant).pvalue)
+        if discordant else 1.0,
+        fisher_exact_p=float(stats.fisher_exact(
+            [[sum(scored["ours"]), len(seeds) - sum(scored["ours"])],
+             [sum(scored["reference"]), len(seeds) - sum(scored["reference"])]]).pvalue))
+    _write(path, out)
+    _plot(records, seeds, os.path.splitext(path)[0] + ".png")
+    return out
+
+
+def _plot(records: dict, seeds: list[int], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    colours = {"ours": "tab:blue", "reference": "tab:orange"}
+    for code in CODES:
+        for i, s in enumerate(seeds):
+            rows = records[s][code]["rows"]
+            label = code if i == 0 else None
+            kw = dict(color=colours[code], alpha=0.6, lw=1, label=label)
+            axes[0].plot([r["step"] for r in rows[1:]], [r["up_share"] for r in rows[1:]], **kw)
+            axes[1].plot([r["step"] for r in rows], [r["q_std"][UP] for r in rows], **kw)
+            games = _scores(records[s][code])
+            axes[2].plot([g for g, _ in games], [v for _, v in games], marker=".", **kw)
+    for ax, title in zip(axes, ("share of UP in the last 1000 training actions",
+                                "std over 64 indices of Q(s, UP, z), mean of 8 probe frames",
+                                "training game score"), strict=True):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("agent step")
+        ax.legend(fontsize=8)
+    axes[1].set_yscale("log")
+    fig.suptitle(f"Freeway from the same initial weights, seeds {seeds}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", default=["averse"],
@@ -270,7 +376,15 @@ def main() -> None:
                              "the number of cores; on this shared two-core machine 2 threads "
                              "took 2.6 s per learning step against 0.085 s with 1)")
     parser.add_argument("--out-dir", default="benchmarks/results/freeway_same_init")
+    parser.add_argument("--summarise", metavar="OUT_DIR",
+                        help="write benchmarks/results/freeway_same_init.json|png from the "
+                             "seeds of OUT_DIR finished by both codes, and stop")
     args = parser.parse_args()
+    if args.summarise:
+        result = summarise(args.summarise, os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "results", "freeway_same_init.json"))
+        print(json.dumps({k: result[k] for k in ("seeds", "codes", "tests")}, indent=1))
+        return
     if args.steps < 1 or args.every < 1 or args.steps % args.every:
         parser.error(f"expected --every to divide --steps (both positive), got --every "
                      f"{args.every} --steps {args.steps}")

@@ -38,3 +38,47 @@ def test_the_summary_reports_each_phase_rate():
     text = freeway_same_init._summary(dict(rows=rows, first_reward_step=None))
     assert "learning (after step 2000): 60.0 s per 1000 steps" in text
     assert "random (after the first measurement): 2.0 s per 1000 steps" in text
+
+
+def _record(code: str, seed: int, first: int | None) -> dict:
+    rows = [dict(step=s, wall_s=float(s), q_std=[0.1, 0.2 / (1 + s), 0.3], up_share=0.3)
+            for s in (0, 1000, 2000)]
+    games = [dict(step=900, score=0.0), dict(step=1900, score=0.0 if first is None else 2.0)]
+    if code == "reference":  # the authors' runner logs the clipped return
+        games = [dict(step=g["step"], clipped_return=g["score"]) for g in games]
+    return dict(code=code, seed=seed, steps=2000, rows=rows, episodes=games,
+                first_reward_step=first, done=True, init_up_share_at_start=0.0)
+
+
+def test_summarise_by_hand(tmp_path):
+    """Three seeds: ours scores on seed 1 only, the reference on all three. By hand: rates
+    1/3 and 3/3; Clopper-Pearson for 3/3 is [0.025^(1/3), 1] = [0.2924, 1]; the paired table
+    [[1, 0], [2, 0]] gives the exact McNemar p = P(Bin(2, 1/2) in {0, 2}) = 0.5; Fisher's
+    table [[1, 2], [3, 0]] has hypergeometric probabilities 0.2, 0.6, 0.2 for a = 1, 2, 3, so
+    p = 0.4. A seed finished by one code only is left out."""
+    import json
+
+    for seed, ours, ref in ((0, None, 1500), (1, 1200, 1700), (2, None, 1900)):
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir()
+        for code, first in (("ours", ours), ("reference", ref)):
+            (folder / f"progress_{code}.json").write_text(json.dumps(_record(code, seed, first)))
+    (tmp_path / "seed5").mkdir()
+    (tmp_path / "seed5" / "progress_ours.json").write_text(json.dumps(_record("ours", 5, 10)))
+    out = freeway_same_init.summarise(str(tmp_path), str(tmp_path / "summary.json"))
+    assert out["seeds"] == [0, 1, 2]
+    assert (out["codes"]["ours"]["seeds_scoring"], out["codes"]["reference"]["seeds_scoring"]) \
+        == (1, 3)
+    assert out["codes"]["reference"]["rate_ci95"] == pytest.approx([0.025 ** (1 / 3), 1.0],
+                                                                   abs=1e-4)
+    assert out["tests"]["paired_table_ours_rows_reference_columns"] == [[1, 0], [2, 0]]
+    assert out["tests"]["mcnemar_exact_p"] == pytest.approx(0.5)
+    assert out["tests"]["fisher_exact_p"] == pytest.approx(0.4)
+    assert out["codes"]["reference"]["mean_best_of_last_two_games"] == pytest.approx(2.0)
+    assert out["per_seed"]["1"]["ours"]["q_std_up"] == pytest.approx([0.2, 0.2 / 1001, 0.2 / 2001])
+    assert (tmp_path / "summary.json").exists() and (tmp_path / "summary.png").stat().st_size
+
+
+def test_summarise_refuses_a_folder_with_no_finished_pair(tmp_path):
+    with pytest.raises(SystemExit, match="no seed"):
+        freeway_same_init.summarise(str(tmp_path), str(tmp_path / "summary.json"))

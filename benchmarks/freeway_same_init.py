@@ -40,6 +40,12 @@ Outputs are per (seed, code): a finished one is skipped when the command is run 
 unfinished one starts over (neither code's run is checkpointed). The two codes run one after
 the other, never at once (this machine's two cores).
 
+``--set KEY=VALUE`` (with ``--codes ours``, repeatable): ours with one configuration change,
+one of :data:`VARIABLE` (the prior's scale or spread, the learned part's scale, the index
+redraw rate, the index dimension), into ``progress_ours-KEY=VALUE.json`` beside the published
+configuration's runs, measured the same way (an ``index_dim`` change draws other weights and
+probe indices of that dimension).
+
 ``--summarise OUT_DIR``: the rates, intervals and tests over the seeds finished by both codes,
 into ``benchmarks/results/freeway_same_init.json|png`` (:func:`summarise`).
 
@@ -101,46 +107,90 @@ def make_probe(path: str) -> dict[str, np.ndarray]:
         return {k: np.array(f[k]) for k in f.files}
 
 
-@functools.lru_cache(maxsize=1)
-def _network():
+#: The configuration fields ``--set`` may change, the ones the HyperAgent paper's analysis
+#: ties to exploration: the prior's scale and spread, the learned part's scale, the index
+#: redraw rate and the index dimension.
+VARIABLE = ("prior_scale", "prior_std", "posterior_scale", "redraw_prob", "index_dim")
+
+
+def variant_name(changes: tuple[tuple[str, float], ...]) -> str:
+    """``ours`` for the published configuration, else ``ours-key=value[-key=value]``."""
+    return "-".join(["ours", *(f"{k}={v:g}" for k, v in changes)])
+
+
+def parse_changes(items: list[str]) -> tuple[tuple[str, float], ...]:
+    """``["prior_scale=0.3"]`` -> ``(("prior_scale", 0.3),)`` (index_dim an int), sorted;
+    ``ValueError`` naming the item when a key is not in :data:`VARIABLE` or a value is not a
+    number."""
+    changes = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in VARIABLE:
+            raise ValueError(f"--set: expected KEY=VALUE with KEY one of {', '.join(VARIABLE)}, "
+                             f"got {item!r}")
+        try:
+            changes[key] = int(value) if key == "index_dim" else float(value)
+        except ValueError:
+            raise ValueError(f"--set: expected a number for {key}, got {value!r}") from None
+    return tuple(sorted(changes.items()))
+
+
+@functools.lru_cache(maxsize=2)
+def _network(changes: tuple[tuple[str, float], ...] = ()):
     import jax
 
     from hyperx.agents.config import get_config
     from hyperx.agents.core import make_head, make_torso
     from hyperx.heads import make_network
 
-    config = get_config("hyperagent", env="atari")
+    config = get_config("hyperagent", env="atari", **dict(changes))
     network = make_network(make_head(config, ACTIONS, make_torso(config)))
     return config, jax.jit(network.apply)
 
 
-def our_init(seed: int) -> tuple[dict, dict]:
+def our_init(seed: int, changes: tuple[tuple[str, float], ...] = ()) -> tuple[dict, dict]:
     """(params, prior) of our ``hyperagent`` Atari agent at initialisation for base seed
-    ``seed`` (the agent key ``fold_in(PRNGKey(seed), 0)``)."""
+    ``seed`` (the agent key ``fold_in(PRNGKey(seed), 0)``), with the configuration's
+    ``changes`` (an ``index_dim`` change changes the weights' shapes, so their draw)."""
     import jax.numpy as jnp
 
     from hyperx.agents.core import make_agent
     from hyperx.agents.keys import run_key
     from hyperx.envs.atari import OBS_SHAPE
 
-    config, _ = _network()
+    config, _ = _network(changes)
     agent = make_agent(config, ACTIONS, jnp.zeros(OBS_SHAPE, jnp.uint8), step_budget=64)
     state = agent.init(run_key(seed, 0))
     return state.params, state.prior
 
 
-def q_values(params: dict, prior: dict, frames: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """Our ``Q(s_b, a, z_k)``, (B, K, A)."""
+def q_values(params: dict, prior: dict, frames: np.ndarray, indices: np.ndarray,
+             changes: tuple[tuple[str, float], ...] = ()) -> np.ndarray:
+    """Our ``Q(s_b, a, z_k)``, (B, K, A); ``indices`` (K, index_dim)."""
     import jax.numpy as jnp
 
-    _, apply = _network()
+    _, apply = _network(changes)
     return np.asarray(apply({"params": params, "prior": prior}, jnp.asarray(frames),
                             jnp.asarray(indices)))
 
 
-def up_share_at_start(params: dict, prior: dict, probe: dict) -> float:
+def probe_indices(probe: dict, name: str, changes: tuple[tuple[str, float], ...] = ()
+                  ) -> np.ndarray:
+    """The probe's ``name`` indices ("indices" or "scan_indices"), or as many Gaussian draws
+    of a changed ``index_dim`` (NumPy's generator seeded with that dimension)."""
+    dim = dict(changes).get("index_dim", probe[name].shape[1])
+    if dim == probe[name].shape[1]:
+        return probe[name]
+    draws = np.random.default_rng(dim).normal(size=(PROBE_INDICES + SCAN_INDICES, dim))
+    draws = draws.astype(np.float32)
+    return draws[:PROBE_INDICES] if name == "indices" else draws[PROBE_INDICES:]
+
+
+def up_share_at_start(params: dict, prior: dict, probe: dict,
+                      changes: tuple[tuple[str, float], ...] = ()) -> float:
     """Share of the 256 scan indices whose greedy action at the start frame is UP."""
-    q = q_values(params, prior, probe["frames"][:1], probe["scan_indices"])[0]  # (K, A)
+    q = q_values(params, prior, probe["frames"][:1],
+                 probe_indices(probe, "scan_indices", changes), changes)[0]  # (K, A)
     return float(np.mean(np.argmax(q, -1) == UP))
 
 
@@ -159,8 +209,9 @@ def find_averse(count: int, probe: dict, share: float, out_dir: str) -> list[int
 
 
 def _row(step: int, wall: float, params: dict, prior: dict, probe: dict,
-         window: np.ndarray | None) -> dict:
-    q = q_values(params, prior, probe["frames"], probe["indices"])  # (F, K, A)
+         window: np.ndarray | None, changes: tuple[tuple[str, float], ...] = ()) -> dict:
+    q = q_values(params, prior, probe["frames"], probe_indices(probe, "indices", changes),
+                 changes)  # (F, K, A)
     spread = np.std(q, axis=1)
     return dict(step=step, wall_s=wall, q_std=spread.mean(0).tolist(),
                 q_std_per_frame=spread.tolist(), q_mean=q.mean((0, 1)).tolist(),
@@ -168,20 +219,23 @@ def _row(step: int, wall: float, params: dict, prior: dict, probe: dict,
                 else float(np.mean(window == UP)))
 
 
-def run_ours(seed: int, steps: int, every: int, path: str, probe: dict) -> dict:
-    """Our trainer on Freeway from our init for ``seed``, measured every ``every`` steps."""
+def run_ours(seed: int, steps: int, every: int, path: str, probe: dict,
+             changes: tuple[tuple[str, float], ...] = ()) -> dict:
+    """Our trainer on Freeway from our init for ``seed``, measured every ``every`` steps, with
+    the configuration's ``changes`` (none: the published one)."""
     import jax
 
     from hyperx.agents.atari import train_atari
     from hyperx.loop import Chunk
 
-    config, _ = _network()
+    config, _ = _network(changes)
     start = time.perf_counter()
-    record = dict(code="ours", seed=seed, game=GAME, steps=steps, every=every,
-                  jax=jax.__version__, rows=[], episodes=[], first_reward_step=None, done=False)
-    params, prior = our_init(seed)
-    record["rows"].append(_row(0, 0.0, params, prior, probe, None))
-    record["init_up_share_at_start"] = up_share_at_start(params, prior, probe)
+    record = dict(code=variant_name(changes), seed=seed, game=GAME, steps=steps, every=every,
+                  changes=dict(changes), jax=jax.__version__, rows=[], episodes=[],
+                  first_reward_step=None, done=False)
+    params, prior = our_init(seed, changes)
+    record["rows"].append(_row(0, 0.0, params, prior, probe, None, changes))
+    record["init_up_share_at_start"] = up_share_at_start(params, prior, probe, changes)
     _write(path, record)
 
     def on_chunk(chunk: Chunk) -> None:
@@ -203,7 +257,7 @@ def run_ours(seed: int, steps: int, every: int, path: str, probe: dict) -> dict:
         record["episodes"].extend(dict(step=e["env_step"], score=e["score"])
                                   for e in chunk.metrics["episodes"])
         record["rows"].append(_row(chunk.done, time.perf_counter() - start, params, prior,
-                                   probe, data["action"][-every:]))
+                                   probe, data["action"][-every:], changes))
         record["rows"][-1]["steps_per_s"] = chunk.metrics["steps_per_s"]
         _write(path, record)
 
@@ -263,14 +317,63 @@ def _scores(record: dict) -> list[tuple[int, float]]:
     return [(e["step"], e.get("score", e.get("clipped_return"))) for e in record["episodes"]]
 
 
+def _paired_tests(a: list[bool], b: list[bool], name_a: str, name_b: str) -> dict:
+    """On paired seeds (``a[i]``, ``b[i]``: seed i scored): the 2x2 table (``name_a`` rows,
+    ``name_b`` columns; first row/column: scored), the exact McNemar p on the discordant
+    seeds and Fisher's exact p on the two rates."""
+    from scipy import stats
+
+    pairs = list(zip(a, b, strict=True))
+    table = [[pairs.count((True, True)), pairs.count((True, False))],
+             [pairs.count((False, True)), pairs.count((False, False))]]
+    discordant = table[0][1] + table[1][0]
+    return {f"paired_table_{name_a}_rows_{name_b}_columns": table,
+            "mcnemar_exact_p": float(stats.binomtest(table[0][1], discordant).pvalue)
+            if discordant else 1.0,
+            "fisher_exact_p": float(stats.fisher_exact(
+                [[sum(a), len(a) - sum(a)], [sum(b), len(b) - sum(b)]]).pvalue)}
+
+
+def _rate(scored: list[bool]) -> dict:
+    from scipy import stats
+
+    k, n = sum(scored), len(scored)
+    ci = stats.binomtest(k, n).proportion_ci(method="exact")
+    return dict(seeds_scoring=k, seeds=n, rate=k / n, rate_ci95=[ci.low, ci.high])
+
+
+def _variants(out_dir: str, records: dict[int, dict[str, dict]]) -> dict:
+    """Each changed configuration of ours (``progress_ours-*.json``, ``--set``) over the
+    paired seeds it finished: its rate, and its paired tests against the published
+    configuration and against the reference."""
+    found: dict[str, dict[int, dict]] = {}
+    for seed in records:
+        folder = os.path.join(out_dir, f"seed{seed}")
+        for file in sorted(os.listdir(folder)):
+            name = file[len("progress_"):-len(".json")]
+            if name.startswith("ours-") and file.endswith(".json") and _done(
+                    os.path.join(folder, file)):
+                with open(os.path.join(folder, file)) as f:
+                    found.setdefault(name, {})[seed] = json.load(f)
+    out = {}
+    for name, runs in sorted(found.items()):
+        seeds = sorted(runs)
+        scored = [runs[s]["first_reward_step"] is not None for s in seeds]
+        out[name] = dict(changes=runs[seeds[0]]["changes"], paired_seeds=seeds, **_rate(scored),
+                         first_reward_step={str(s): runs[s]["first_reward_step"] for s in seeds})
+        for code in CODES:
+            other = [records[s][code]["first_reward_step"] is not None for s in seeds]
+            out[name][f"against_{code}"] = _paired_tests(scored, other, "variant", code)
+    return out
+
+
 def summarise(out_dir: str, path: str) -> dict:
     """Both codes' rates over the seeds that finished with both: a seed *scores* when its
     first non-zero training reward comes within the run; the rates with Clopper-Pearson 95%
     intervals, Fisher's exact test of equal rates, and the exact McNemar test on the seeds
-    where the codes disagree (the same weights make the seeds pairs). Writes ``path`` (JSON)
-    and the figure beside it (``.png``)."""
-    from scipy import stats
-
+    where the codes disagree (the same weights make the seeds pairs); each changed
+    configuration of ours likewise (:func:`_variants`). Writes ``path`` (JSON) and the figure
+    beside it (``.png``)."""
     records: dict[int, dict[str, dict]] = {}
     for folder in sorted(os.listdir(out_dir)):
         if not folder.startswith("seed"):
@@ -294,14 +397,10 @@ def summarise(out_dir: str, path: str) -> dict:
                        " --steps 20000 --every 1000 --out-dir OUT, then --summarise OUT")
     scored = {}
     for code in CODES:
-        firsts = [records[s][code]["first_reward_step"] for s in seeds]
-        k, n = sum(f is not None for f in firsts), len(seeds)
-        ci = stats.binomtest(k, n).proportion_ci(method="exact")
-        scored[code] = [f is not None for f in firsts]
+        scored[code] = [records[s][code]["first_reward_step"] is not None for s in seeds]
         finals = [max([v for _, v in _scores(records[s][code])[-2:]], default=0.0)
                   for s in seeds]
-        out["codes"][code] = dict(seeds_scoring=k, seeds=n, rate=k / n,
-                                  rate_ci95=[ci.low, ci.high],
+        out["codes"][code] = dict(**_rate(scored[code]),
                                   mean_best_of_last_two_games=float(np.mean(finals)),
                                   versions={key: records[seeds[0]][code].get(key)
                                             for key in ("jax", "torch", "gym")
@@ -314,17 +413,8 @@ def summarise(out_dir: str, path: str) -> dict:
                           up_share=[r["up_share"] for r in records[s][code]["rows"]],
                           q_std_up=[r["q_std"][UP] for r in records[s][code]["rows"]])
                for code in CODES}}
-    pairs = list(zip(scored["ours"], scored["reference"], strict=True))
-    table = [[pairs.count((True, True)), pairs.count((True, False))],
-             [pairs.count((False, True)), pairs.count((False, False))]]
-    discordant = table[0][1] + table[1][0]
-    out["tests"] = dict(
-        paired_table_ours_rows_reference_columns=table,
-        mcnemar_exact_p=float(stats.binomtest(table[0][1], discordant).pvalue)
-        if discordant else 1.0,
-        fisher_exact_p=float(stats.fisher_exact(
-            [[sum(scored["ours"]), len(seeds) - sum(scored["ours"])],
-             [sum(scored["reference"]), len(seeds) - sum(scored["reference"])]]).pvalue))
+    out["tests"] = _paired_tests(scored["ours"], scored["reference"], "ours", "reference")
+    out["variants"] = _variants(out_dir, records)
     _write(path, out)
     _plot(records, seeds, os.path.splitext(path)[0] + ".png")
     return out
@@ -367,6 +457,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="agent steps per run")
     parser.add_argument("--every", type=int, default=1000, help="agent steps per measurement")
     parser.add_argument("--codes", nargs="+", choices=CODES, default=list(CODES))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="run ours with this configuration change (repeatable; with "
+                             f"--codes ours; KEY one of {', '.join(VARIABLE)}), into "
+                             "progress_ours-KEY=VALUE.json")
     parser.add_argument("--find-averse", type=int, default=16, metavar="K",
                         help="with --seeds averse: scan seeds 0 .. K-1")
     parser.add_argument("--averse-share", type=float, default=0.05,
@@ -393,6 +487,20 @@ def main() -> None:
                      f"buffer_size transitions), got {args.steps}")
     if args.threads < 1:
         parser.error(f"--threads: expected a positive number, got {args.threads}")
+    try:
+        changes = parse_changes(args.set)
+    except ValueError as error:
+        parser.error(str(error))
+    if changes and args.codes != ["ours"]:
+        parser.error(f"--set changes our configuration only: expected --codes ours, got "
+                     f"--codes {' '.join(args.codes)}")
+    if changes:
+        from hyperx.agents.config import get_config
+
+        try:
+            get_config("hyperagent", env="atari", **dict(changes))
+        except ValueError as error:
+            parser.error(f"--set: {error}")
     if not 0 <= args.averse_share <= 1:
         parser.error(f"--averse-share: expected a share in [0, 1], got {args.averse_share}")
     averse = args.seeds == ["averse"]
@@ -415,13 +523,14 @@ def main() -> None:
         folder = os.path.join(args.out_dir, f"seed{seed}")
         os.makedirs(folder, exist_ok=True)
         for code in args.codes:
+            code = variant_name(changes) if code == "ours" else code
             path = os.path.join(folder, f"progress_{code}.json")
             if _done(path):
                 print(f"seed {seed} {code}: done, skipping", flush=True)
                 continue
             print(f"seed {seed} {code}: {args.steps} steps", flush=True)
-            if code == "ours":
-                record = run_ours(seed, args.steps, args.every, path, probe)
+            if code != "reference":
+                record = run_ours(seed, args.steps, args.every, path, probe, changes)
             else:
                 record = run_reference(seed, args.steps, args.every, path, probe_path,
                                        args.threads)

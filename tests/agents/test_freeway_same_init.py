@@ -21,6 +21,12 @@ import freeway_same_init  # noqa: E402
     (["--seeds", "3", "x"], "integers or 'averse'"),
     (["--seeds", "-1"], "non-negative"),
     (["--find-averse", "0"], "a positive count"),
+    (["--codes", "ours", "--set", "learning_rate=1"], "KEY one of prior_scale"),
+    (["--codes", "ours", "--set", "prior_scale"], "KEY=VALUE"),
+    (["--codes", "ours", "--set", "prior_scale=big"], "a number for prior_scale"),
+    (["--codes", "ours", "--set", "index_dim=2.5"], "a number for index_dim"),
+    (["--set", "redraw_prob=0.05"], "expected --codes ours"),
+    (["--codes", "ours", "--set", "redraw_prob=2"], "--set: redraw_prob"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, monkeypatch, capsys,
                                                         tmp_path):
@@ -82,3 +88,54 @@ def test_summarise_by_hand(tmp_path):
 def test_summarise_refuses_a_folder_with_no_finished_pair(tmp_path):
     with pytest.raises(SystemExit, match="no seed"):
         freeway_same_init.summarise(str(tmp_path), str(tmp_path / "summary.json"))
+
+
+def test_configuration_changes_are_named_in_one_order():
+    changes = freeway_same_init.parse_changes(["redraw_prob=0.05", "index_dim=8"])
+    assert changes == (("index_dim", 8), ("redraw_prob", 0.05))
+    assert isinstance(changes[0][1], int)
+    assert freeway_same_init.variant_name(changes) == "ours-index_dim=8-redraw_prob=0.05"
+    assert freeway_same_init.variant_name(()) == "ours"
+
+
+def test_a_changed_index_dimension_gets_probe_indices_of_that_dimension():
+    import numpy as np
+
+    probe = dict(indices=np.zeros((64, 4), np.float32), scan_indices=np.ones((256, 4)))
+    assert freeway_same_init.probe_indices(probe, "indices") is probe["indices"]
+    wide = freeway_same_init.probe_indices(probe, "scan_indices", (("index_dim", 8),))
+    assert wide.shape == (256, 8) and wide.dtype == np.float32
+    again = freeway_same_init.probe_indices(probe, "scan_indices", (("index_dim", 8),))
+    np.testing.assert_array_equal(wide, again)
+
+
+def test_summarise_reports_each_changed_configuration_by_hand(tmp_path):
+    """The published pairs as in test_summarise_by_hand; a redraw_prob change finished on
+    seeds 0 and 2 (scoring on 0) and on seed 5, which has no pair and is left out. By hand:
+    rate 1/2, Clopper-Pearson [1 - 0.975^(1/2), 0.975^(1/2)] = [0.0126, 0.9874]; against ours
+    (which scores on neither seed) the table [[0, 1], [0, 1]] and McNemar
+    p = P(Bin(1, 1/2) in {0, 1}) = 1; against the reference (both score) [[1, 0], [1, 0]],
+    p = 1."""
+    import json
+
+    for seed, ours, ref in ((0, None, 1500), (1, 1200, 1700), (2, None, 1900)):
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir()
+        for code, first in (("ours", ours), ("reference", ref)):
+            (folder / f"progress_{code}.json").write_text(json.dumps(_record(code, seed, first)))
+    name = "ours-redraw_prob=0.05"
+    for seed, first in ((0, 800), (2, None), (5, 300)):
+        (tmp_path / f"seed{seed}").mkdir(exist_ok=True)
+        record = dict(_record("ours", seed, first), code=name, changes={"redraw_prob": 0.05})
+        (tmp_path / f"seed{seed}" / f"progress_{name}.json").write_text(json.dumps(record))
+    out = freeway_same_init.summarise(str(tmp_path), str(tmp_path / "summary.json"))
+    variant = out["variants"][name]
+    assert variant["paired_seeds"] == [0, 2] and variant["changes"] == {"redraw_prob": 0.05}
+    assert (variant["seeds_scoring"], variant["rate"]) == (1, 0.5)
+    assert variant["rate_ci95"] == pytest.approx([0.0126, 0.9874], abs=1e-4)
+    assert variant["first_reward_step"] == {"0": 800, "2": None}
+    assert variant["against_ours"]["paired_table_variant_rows_ours_columns"] == [[0, 1], [0, 1]]
+    assert variant["against_ours"]["mcnemar_exact_p"] == pytest.approx(1.0)
+    assert variant["against_reference"]["paired_table_variant_rows_reference_columns"] == \
+        [[1, 0], [1, 0]]
+    assert out["tests"]["paired_table_ours_rows_reference_columns"] == [[1, 0], [2, 0]]

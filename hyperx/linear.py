@@ -233,8 +233,10 @@ def _host_array(name: str, x) -> np.ndarray:
         raise TypeError(f"{name}: expected an array of numbers, got {type(x).__name__}") from None
 
 
-def _check_state(state, dim: int, width: int, field: str, what: str) -> None:
-    """A state built for another model names the mismatch instead of a dot_general error."""
+def _check_state(state, key, dim: int, width: int, field: str, what: str) -> None:
+    """A state built for another model names the mismatch instead of a dot_general error;
+    ``key`` is one PRNG key."""
+    check_key("key", key)
     check_shape("state.mu", state.mu, (dim,), f"(d,) with d = {dim}")
     got = np.shape(getattr(state, field))
     if got != (dim, width):
@@ -339,8 +341,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
         return RecomputeState(mu, sigma, a0, p0)
 
     def update(state, key: jax.Array, x: jax.Array, y: jax.Array):
-        _check_state(state, dim, index_dim, "factor", "M")
-        check_key("key", key)
+        _check_state(state, key, dim, index_dim, "factor", "M")
         x, y = _check_xy(dim, x, y, checked)
         u = perturbation(key)
         k, sigma = _kalman(state.sigma, x, noise_var)
@@ -353,8 +354,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
 
     def update_batch(state, key: jax.Array, xs: jax.Array, ys: jax.Array,
                      mask: jax.Array | None = None):
-        _check_state(state, dim, index_dim, "factor", "M")
-        check_key("key", key)
+        _check_state(state, key, dim, index_dim, "factor", "M")
         xs, ys = _check_batch(dim, xs, ys, mask, checked)
         if xs.shape[0] == 0:
             return state
@@ -368,8 +368,7 @@ def _ensemble(dim: int, index_dim: int, noise_std: float, prior_var: float, prio
         return RecomputeState(mu, sigma, sigma @ p, p)
 
     def sample(state, key: jax.Array, shape: Shape = ()) -> jax.Array:
-        _check_state(state, dim, index_dim, "factor", "M")
-        check_key("key", key)
+        _check_state(state, key, dim, index_dim, "factor", "M")
         shape = _sample_shape(shape)
         _check_sample_memory(shape, dim, index_dim)
         zeta = zeta_scale * sampler.sample(key, shape)
@@ -459,20 +458,17 @@ def exact_posterior(dim: int, *, noise_std: float, prior_var: float = 1.0,
 
     def update(state: ExactPosteriorState, key: jax.Array, x: jax.Array,
                y: jax.Array) -> ExactPosteriorState:
-        _check_state(state, dim, dim, "sqrt_cov", "d")
-        check_key("key", key)
+        _check_state(state, key, dim, dim, "sqrt_cov", "d")
         return step(state, *_check_xy(dim, x, y, checked))
 
     def update_batch(state: ExactPosteriorState, key: jax.Array, xs: jax.Array, ys: jax.Array,
                      mask: jax.Array | None = None) -> ExactPosteriorState:
-        _check_state(state, dim, dim, "sqrt_cov", "d")
-        check_key("key", key)
+        _check_state(state, key, dim, dim, "sqrt_cov", "d")
         xs, ys = _check_batch(dim, xs, ys, mask, checked)
         return jax.lax.scan(lambda s, xy: (step(s, *xy), None), state, (xs, ys))[0]
 
     def sample(state: ExactPosteriorState, key: jax.Array, shape: Shape = ()) -> jax.Array:
-        _check_state(state, dim, dim, "sqrt_cov", "d")
-        check_key("key", key)
+        _check_state(state, key, dim, dim, "sqrt_cov", "d")
         shape = _sample_shape(shape)
         _check_sample_memory(shape, dim, dim)
         z = jax.random.normal(key, (*shape, dim), jnp.float32)

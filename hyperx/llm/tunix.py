@@ -85,6 +85,7 @@ from tunix.rl import function_registry
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo import grpo_learner
 
+from hyperx._validation import check_choice, check_positive, check_range, check_rank, check_shape
 from hyperx.llm import (
     CorrectionConfig,
     LengthAwareScaleState,
@@ -158,12 +159,9 @@ class CorrectedGRPOConfig(grpo_learner.GRPOConfig):
         if self.epsilon_high is None:
             self.epsilon_high = self.epsilon
         for name in ("epsilon", "epsilon_high"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{name}: expected a number > 0, got {value!r}")
-        if self.epsilon_c is not None and (isinstance(self.epsilon_c, bool) or not isinstance(
-                self.epsilon_c, int | float) or not self.epsilon_c > 1):
-            raise ValueError(f"epsilon_c: expected a number > 1 or None, got {self.epsilon_c!r}")
+            check_positive(name, getattr(self, name))
+        if self.epsilon_c is not None:
+            check_range("epsilon_c", self.epsilon_c, 1.0, open_low=True)
         if not isinstance(self.correction, CorrectionConfig):
             raise TypeError(f"correction: expected a hyperx.llm.CorrectionConfig, "
                             f"got {type(self.correction).__name__}")
@@ -178,9 +176,7 @@ class CorrectedGRPOConfig(grpo_learner.GRPOConfig):
             raise ValueError(f"loss_algo: the 'hyperx' loss implements loss_algo='grpo' "
                              f"(token ratios), got {self.loss_algo!r}; for a sequence ratio "
                              f"pass objective=ObjectiveConfig(sequence_ratio=True)")
-        if self.loss_agg_mode not in AGG_MODES:
-            raise ValueError(f"loss_agg_mode: expected one of {sorted(AGG_MODES)}, "
-                             f"got {self.loss_agg_mode!r}")
+        check_choice("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
 
 
 def objective_from_tunix(algo_config: Any, completion_length: int) -> ObjectiveConfig:
@@ -195,9 +191,7 @@ def objective_from_tunix(algo_config: Any, completion_length: int) -> ObjectiveC
     if explicit is not None:
         return explicit
     mode = getattr(algo_config, "loss_agg_mode", "sequence-mean-token-mean")
-    if mode not in AGG_MODES:
-        raise ValueError(f"algo_config.loss_agg_mode: expected one of {sorted(AGG_MODES)}, "
-                         f"got {mode!r}")
+    check_choice("algo_config.loss_agg_mode", mode, AGG_MODES)
     epsilon = float(algo_config.epsilon)
     high = getattr(algo_config, "epsilon_high", None)
     dual = getattr(algo_config, "epsilon_c", None)
@@ -241,12 +235,10 @@ def corrected_loss_from_log_probs(
         raise ValueError("train_example.segment_ids: the 'hyperx' loss needs one response per "
                          "row; sequence packing is not supported")
     log_prob = jnp.asarray(per_token_logps, jnp.float32)
-    if log_prob.ndim != 2:
-        raise ValueError(f"per_token_logps: expected [B, T], got shape {log_prob.shape}")
+    check_rank("per_token_logps", log_prob, 2)
     mask = jnp.asarray(train_example.completion_mask).astype(jnp.float32)
-    if mask.shape != log_prob.shape:
-        raise ValueError(f"train_example.completion_mask: expected shape {log_prob.shape} "
-                         f"(per_token_logps), got {mask.shape}")
+    check_shape("train_example.completion_mask", mask, log_prob.shape,
+                "[B, T] of per_token_logps")
     adv = jnp.asarray(train_example.advantages, jnp.float32)
     if adv.ndim == 1:
         adv = jnp.broadcast_to(adv[:, None], log_prob.shape)
@@ -259,9 +251,8 @@ def corrected_loss_from_log_probs(
                          "sampler's per-token log-probs; train with CorrectedGRPOLearner and "
                          "RolloutConfig(return_logprobs=True)")
     rollout = jnp.asarray(rollout, jnp.float32)
-    if rollout.shape != log_prob.shape:
-        raise ValueError(f"train_example.rollout_per_token_logps: expected shape "
-                         f"{log_prob.shape}, got {rollout.shape}")
+    check_shape("train_example.rollout_per_token_logps", rollout, log_prob.shape,
+                "[B, T] of per_token_logps")
     old = train_example.old_per_token_logps
     old = (jax.lax.stop_gradient(log_prob) if old is None
            else jnp.asarray(old, jnp.float32))
@@ -327,8 +318,7 @@ def otb_advantage_estimator(rewards: Any, num_generations: int, *,
       ``[B]`` advantages without ``completion_mask``, else ``[B, T]`` (``G_t - B*_t`` masked).
     """
     r = jnp.asarray(rewards, jnp.float32)
-    if r.ndim != 1:
-        raise ValueError(f"rewards: expected [B], got shape {r.shape}")
+    check_rank("rewards", r, 1)
     if isinstance(num_generations, bool) or not isinstance(num_generations, int | np.integer) \
             or num_generations < 2 or r.shape[0] % num_generations:
         raise ValueError(f"num_generations: expected an int >= 2 dividing the batch size "
@@ -340,17 +330,15 @@ def otb_advantage_estimator(rewards: Any, num_generations: int, *,
                              proxy=jnp.ones((b // n, n, 1), jnp.float32))
         return out.advantages.reshape(b)
     mask = jnp.asarray(completion_mask).astype(jnp.float32)
-    if mask.ndim != 2 or mask.shape[0] != b:
-        raise ValueError(f"completion_mask: expected [B={b}, T], got shape {mask.shape}")
+    check_shape("completion_mask", mask, (b, None), "(B, T)")
     t = mask.shape[1]
     lengths = jnp.sum(mask > 0, axis=-1)
     last = jnp.arange(t)[None, :] == (lengths - 1)[:, None]
     token_rewards = jnp.where(last, r[:, None], 0.0)
     w = jnp.ones_like(mask) if proxy is None else jnp.asarray(proxy, jnp.float32)
     for name, x in (("proxy", w), ("is_weights", is_weights)):
-        if x is not None and jnp.shape(x) != mask.shape:
-            raise ValueError(f"{name}: expected shape {mask.shape} (completion_mask), "
-                             f"got {jnp.shape(x)}")
+        if x is not None:
+            check_shape(name, x, mask.shape, "[B, T] of completion_mask")
     group = lambda x: jnp.asarray(x, jnp.float32).reshape(b // n, n, t)  # noqa: E731
     out = otb_advantages(token_rewards=group(token_rewards), response_mask=group(mask),
                          proxy=group(w),

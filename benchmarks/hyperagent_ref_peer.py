@@ -2,12 +2,15 @@
 
 This file runs under the authors' venv's Python (built by :mod:`benchmarks.hyperagent_ref_env`),
 never ours, and imports nothing of hyperx (only the numpy-only weight map of
-``hyperagent_ref_env.py`` beside it). Two commands:
+``hyperagent_ref_env.py`` beside it). Three commands:
 
 ``qvalues``: builds their ``HyperAgentNet`` exactly as ``run_atari.py`` does for
 ``run_HyperAgent.sh``'s arguments (3 actions by default), loads a state written by
 :func:`hyperagent_ref_env.save_state`, and writes ``Q(s, a, z)`` (B, K, A) for the frames
 (B, 4, 84, 84) and indices (K, M) of an input ``.npz``.
+
+``update``: one update of their ``HyperAgentPolicy`` on a given batch and indices
+(:func:`update_command`): the double-Q bootstrap values, the loss and its gradients.
 
 ``train``: executes ``hyperagent/scripts/hyperagent/run_atari.py`` from the checkout with
 ``runpy`` as ``__main__``, with ``run_HyperAgent.sh``'s arguments, and measures. What it
@@ -46,7 +49,9 @@ training episodes' (clipped) returns and the wall time.
 
 Usage: ``python hyperagent_ref_peer.py qvalues --checkout DIR --state S.npz --inputs I.npz
 --out O.npz`` or ``python hyperagent_ref_peer.py train --checkout DIR --state S.npz --probe
-P.npz --out progress.json --seed N --steps T --every N [--game Freeway]``.
+P.npz --out progress.json --seed N --steps T --every N [--game Freeway]`` or ``python
+hyperagent_ref_peer.py update --checkout DIR --state S.npz --target-state T.npz --inputs
+B.npz --out U.npz``.
 """
 
 from __future__ import annotations
@@ -159,6 +164,85 @@ def qvalues_command(args: argparse.Namespace) -> None:
     np.savez(args.out, q=q)
 
 
+#: ``run_atari.py``'s ``policy_params`` for ``run_HyperAgent.sh``'s arguments (the parser's
+#: defaults otherwise), less the model, optimiser, seed and action space.
+POLICY_ARGS = dict(
+    discount_factor=0.99, estimation_step=5, target_update_freq=5, reward_normalization=False,
+    is_double=1, noise_per_sample=20, target_noise_per_sample=1, max_target=0.0,
+    action_sample_num=1, action_select_scheme="Greedy", quantile_max=0.8, noise_std=1.0,
+    noise_dim=4, grad_coef=0.01, hyper_reg_coef=0.01, target_noise_coef=0.01,
+    target_noise_type="sp", clip_grad_norm=10.0, dependent_target_noise=0,
+    state_dependent_noise_action=0, state_dependent_noise_target=1)
+
+
+def update_command(args: argparse.Namespace) -> None:
+    """One ``HyperAgentPolicy`` update on given inputs: the double-Q bootstrap values of
+    ``_target_q`` and one ``learn``, as ``policy.update`` runs them after sampling.
+
+    The model is built and loaded as for ``qvalues``; the policy as ``run_atari.py`` builds
+    it (:data:`POLICY_ARGS`, Adam on the non-prior parameters with lr 1e-4 and eps 1.5e-4),
+    then its target network gets ``--target-state``. Inputs (``--inputs``): ``obs`` and
+    ``obs_next`` (B, 4, 84, 84) uint8, ``act`` (B,), ``returns`` (B,) (the n-step targets
+    ``learn`` fits), ``target_noise`` (B, 1, M) (the per-transition perturbation xi),
+    ``noise_update`` (B, K, M) and ``noise_target`` (B, 1, M) (raw Gaussian indices, which
+    ``update`` draws), ``sample_num`` (|D|). Writes ``target_q`` (B,), ``loss``, ``reg`` (their
+    ``Q.regularization`` of the update indices), ``grad_norm`` (before clipping) and
+    ``grad.NAME`` for each trainable parameter (before clipping) to ``--out`` (.npz).
+
+    Run-time changes: ``process_noise`` gets a copy of its index (as for ``train``), the
+    policy's ``updating`` flag is set (as ``update`` sets it), the buffer ``_target_q`` reads
+    is the inputs' batch, and ``clip_grad_norm_`` is wrapped to record the gradients it is
+    given before it clips them.
+    """
+    _import_checkout(args.checkout)
+    import hyperagent.network.hyperagent as hyper_layers
+    import torch
+    from hyperagent.data import Batch
+    from hyperagent.policy import HyperAgentPolicy
+
+    process_noise = hyper_layers.HyperLinear.process_noise
+    hyper_layers.HyperLinear.process_noise = lambda self, noise: process_noise(self,
+                                                                               noise.clone())
+    model = build_model(args.actions)
+    load_state(model, args.state)
+    optim = torch.optim.Adam([{"params": (p for name, p in model.named_parameters()
+                                          if "prior" not in name)}], lr=1e-4, eps=1.5e-4)
+    policy = HyperAgentPolicy(model=model, optim=optim, seed=0, **POLICY_ARGS)
+    load_state(policy.model_old, args.target_state)
+    policy.train()
+    policy.updating = True
+    policy.max_action_num = args.actions
+    with np.load(args.inputs) as f:
+        x = {k: np.array(f[k]) for k in f.files}
+    batch = Batch(obs=x["obs"], obs_next=x["obs_next"], act=x["act"].astype(np.int64),
+                  returns=x["returns"].astype(np.float32)[:, None],
+                  target_noise=x["target_noise"].astype(np.float32), info=Batch())
+
+    class Buffer:
+        def __getitem__(self, indices):
+            return batch[indices]
+
+    policy.noise_target = {"Q": torch.from_numpy(x["noise_target"].astype(np.float32))}
+    target_q = policy._target_q(Buffer(), np.arange(len(batch)))
+    policy.noise_update = {"Q": torch.from_numpy(x["noise_update"].astype(np.float32))}
+    reg = float(model.Q.regularization(policy.noise_update["Q"].clone()))
+    grads: dict[str, np.ndarray] = {}
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def recording_clip(parameters, max_norm, *a, **kw):
+        parameters = list(parameters)
+        names = {id(p): name for name, p in model.named_parameters()}
+        grads.update({names[id(p)]: p.grad.detach().numpy().copy() for p in parameters
+                      if p.grad is not None})
+        return clip(parameters, max_norm, *a, **kw)
+
+    torch.nn.utils.clip_grad_norm_ = recording_clip
+    result = policy.learn(batch, sample_num=int(x["sample_num"]))
+    np.savez(args.out, target_q=target_q.detach().numpy()[:, 0], loss=result["loss"],
+             reg=reg, grad_norm=result["grad_norm"],
+             **{f"grad.{name}": g for name, g in grads.items()})
+
+
 def _write(path: str, record: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -252,11 +336,12 @@ def train_command(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("qvalues", "train"))
+    parser.add_argument("command", choices=("qvalues", "train", "update"))
     parser.add_argument("--checkout", required=True, help="the authors' code")
     parser.add_argument("--state", required=True, help="weights (.npz, their keys)")
     parser.add_argument("--out", required=True, help="the file to write")
-    parser.add_argument("--inputs", help="qvalues: frames and indices (.npz)")
+    parser.add_argument("--inputs", help="qvalues: frames and indices; update: a batch (.npz)")
+    parser.add_argument("--target-state", help="update: the target network's weights (.npz)")
     parser.add_argument("--actions", type=int, default=3, help="qvalues: |A|")
     parser.add_argument("--probe", help="train: probe frames and indices (.npz)")
     parser.add_argument("--game", default="Freeway")
@@ -268,10 +353,12 @@ def main() -> None:
     for name in ("steps", "every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected a positive number, got {getattr(args, name)}")
-    if args.command == "qvalues":
+    if args.command in ("qvalues", "update"):
         if not args.inputs:
-            parser.error("qvalues needs --inputs")
-        qvalues_command(args)
+            parser.error(f"{args.command} needs --inputs")
+        if args.command == "update" and not args.target_state:
+            parser.error("update needs --target-state")
+        (qvalues_command if args.command == "qvalues" else update_command)(args)
     else:
         if not args.probe:
             parser.error("train needs --probe")

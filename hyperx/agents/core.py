@@ -80,6 +80,7 @@ from hyperx.losses import (
 )
 from hyperx.replay import (
     ReplayFactory,
+    ReplaySample,
     ReplayState,
     make_replay_buffer,
     min_slots,
@@ -538,13 +539,60 @@ def updates_per_iteration(config: AgentConfig, num_envs: int) -> tuple[int, int]
                      f"(so each iteration runs a fixed number of updates), got {steps}")
 
 
+def bootstrap_targets(config: AgentConfig, network: Network, params: PyTree,
+                      target_params: PyTree, prior: PyTree, batch: ReplaySample,
+                      xi_target: Array) -> Array:
+    """The n-step double-Q targets ``y = R + discount * Q_target(s', argmax_a Q(s', a, z'), z')``
+    (B, J) on the bootstrap indices ``xi_target`` (B, J, M): one fresh index per transition
+    (J = 1) unless OIS takes the quantile over J (Hasselt et al., double DQN, AAAI 2016; Li et
+    al., HyperAgent, ICML 2024, the target on an index independent of the loss's)."""
+    q_next_target = network.apply({"params": target_params, "prior": prior},
+                                  batch.bootstrap_obs, xi_target)
+    q_next_online = (network.apply({"params": params, "prior": prior}, batch.bootstrap_obs,
+                                   xi_target) if config.double_q else None)
+    return double_q_targets(batch.n_step_return, batch.discount, q_next_target, q_next_online,
+                            quantile=config.ois_quantile)
+
+
+def value_loss(config: AgentConfig, network: Network, params: PyTree, prior: PyTree,
+               batch: ReplaySample, xi: Array, targets: Array, num_data: int | Array) -> Array:
+    """The loss one gradient step minimises over ``params``: the perturbed value loss of
+    :func:`hyperx.losses.perturbed_value_loss` on the indices ``xi`` (B, K, M), or (K, M)
+    shared by the batch (the support of an enumerable index), against
+    ``targets`` (from :func:`bootstrap_targets`), the target perturbation ``sigma <xi, z>``
+    with the ``z`` stored per transition, the hypermodel regulariser ``beta / num_data``
+    (``num_data`` = |D|, transitions added so far), and ``grad_penalty`` times
+    ``||d/dtheta mean_{b,k} Q(s_b, a_b, xi_{b,k})||^2`` (HyperAgent's reference code)."""
+    actions = batch.transition["action"]
+    xi_net = unit_index(xi) if config.normalise_index else xi
+    perturbed = config.sigma > 0
+
+    def q_values(params: PyTree) -> Array:
+        return network.apply({"params": params, "prior": prior}, batch.transition["obs"], xi)
+
+    def mean_taken(q: Array) -> Array:
+        taken = jnp.take_along_axis(q, actions[:, None, None], axis=-1)[..., 0]
+        return masked_mean(jnp.mean(taken, axis=1), batch.valid)
+
+    if config.grad_penalty > 0:
+        q, penalty = grad_sq_norm_with_output(q_values, mean_taken, params)
+    else:
+        q = q_values(params)
+    loss = perturbed_value_loss(
+        q, actions, targets, xi=xi if perturbed else None,
+        z=batch.transition["z"] if perturbed else None, sigma=config.sigma,
+        reg_sq_norm=(generated_sq_norm(params, xi_net) if config.beta > 0 or config.l2 > 0
+                     else None),
+        beta=config.beta, num_data=num_data, l2=config.l2, mask=batch.valid)
+    return loss + config.grad_penalty * penalty if config.grad_penalty > 0 else loss
+
+
 def _make_learner(config: AgentConfig, network: Network, index: IndexDistribution,
                   buffer: Any, optimiser: optax.GradientTransformation
                   ) -> Callable[[AgentState, Array], AgentState]:
     """One gradient step of the perturbed n-step double-DQN loss, plus the target sync."""
     support = np.asarray(index.support()) if config.update_index == "support" else None
     num_targets = config.ois_num_indices if config.ois_quantile is not None else 1
-    regularise = config.beta > 0 or config.l2 > 0
 
     def loss_indices(key: Array) -> Array:
         if support is not None:
@@ -555,46 +603,15 @@ def _make_learner(config: AgentConfig, network: Network, index: IndexDistributio
         k_sample, k_xi, k_target = jax.random.split(key, 3)
         batch = buffer.sample(state.replay, k_sample, config.batch_size)
         xi = loss_indices(k_xi)
-        xi_net = unit_index(xi) if config.normalise_index else xi
         if config.target_index == "same" and config.ois_quantile is None:
             xi_target = xi
         else:
             xi_target = index.sample(k_target, (config.batch_size, num_targets))
-        online = {"params": state.params, "prior": state.prior}
-        q_next_target = network.apply({"params": state.target_params, "prior": state.prior},
-                                      batch.bootstrap_obs, xi_target)
-        q_next_online = (network.apply(online, batch.bootstrap_obs, xi_target)
-                         if config.double_q else None)
-        targets = double_q_targets(batch.n_step_return, batch.discount, q_next_target,
-                                   q_next_online, quantile=config.ois_quantile)
-        perturbed = config.sigma > 0
-        actions = batch.transition["action"]
-
-        def q_values(params: PyTree) -> Array:
-            return network.apply({"params": params, "prior": state.prior},
-                                 batch.transition["obs"], xi)
-
-        def mean_taken(q: Array) -> Array:
-            taken = jnp.take_along_axis(q, actions[:, None, None], axis=-1)[..., 0]
-            return masked_mean(jnp.mean(taken, axis=1), batch.valid)
-
-        def loss_fn(params: PyTree) -> Array:
-            if config.grad_penalty > 0:
-                q, penalty = grad_sq_norm_with_output(q_values, mean_taken, params)
-            else:
-                q = q_values(params)
-            loss = perturbed_value_loss(
-                q, actions, targets,
-                xi=xi if perturbed else None,
-                z=batch.transition["z"] if perturbed else None, sigma=config.sigma,
-                reg_sq_norm=generated_sq_norm(params, xi_net) if regularise else None,
-                beta=config.beta, num_data=state.replay.num_added, l2=config.l2,
-                mask=batch.valid)
-            if config.grad_penalty > 0:
-                loss = loss + config.grad_penalty * penalty
-            return loss
-
-        loss, grads = jax.value_and_grad(loss_fn)(state.params)
+        targets = bootstrap_targets(config, network, state.params, state.target_params,
+                                    state.prior, batch, xi_target)
+        loss, grads = jax.value_and_grad(
+            lambda params: value_loss(config, network, params, state.prior, batch, xi, targets,
+                                      state.replay.num_added))(state.params)
         updates, opt_state = optimiser.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         grad_steps = state.grad_steps + 1

@@ -44,7 +44,9 @@ the other, never at once (this machine's two cores).
 one of :data:`VARIABLE` (the prior's scale or spread, the learned part's scale, the index
 redraw rate, the index dimension), into ``progress_ours-KEY=VALUE.json`` beside the published
 configuration's runs, measured the same way (an ``index_dim`` change draws other weights and
-probe indices of that dimension).
+probe indices of that dimension). ``--backend ale`` (with ``--codes ours``): ours on ale-py's
+vector env instead of envpool (:mod:`hyperx.envs.atari` runs both), into
+``progress_ours-backend=ale.json``: the emulator front end set apart from the agent.
 
 ``--summarise OUT_DIR``: the rates, intervals and tests over the seeds finished by both codes,
 into ``benchmarks/results/freeway_same_init.json|png`` (:func:`summarise`).
@@ -113,9 +115,11 @@ def make_probe(path: str) -> dict[str, np.ndarray]:
 VARIABLE = ("prior_scale", "prior_std", "posterior_scale", "redraw_prob", "index_dim")
 
 
-def variant_name(changes: tuple[tuple[str, float], ...]) -> str:
-    """``ours`` for the published configuration, else ``ours-key=value[-key=value]``."""
-    return "-".join(["ours", *(f"{k}={v:g}" for k, v in changes)])
+def variant_name(changes: tuple[tuple[str, float], ...], backend: str = "envpool") -> str:
+    """``ours`` for the published configuration on envpool, else
+    ``ours-key=value[-key=value][-backend=ale]``."""
+    return "-".join(["ours", *(f"{k}={v:g}" for k, v in changes),
+                     *([] if backend == "envpool" else [f"backend={backend}"])])
 
 
 def parse_changes(items: list[str]) -> tuple[tuple[str, float], ...]:
@@ -220,9 +224,9 @@ def _row(step: int, wall: float, params: dict, prior: dict, probe: dict,
 
 
 def run_ours(seed: int, steps: int, every: int, path: str, probe: dict,
-             changes: tuple[tuple[str, float], ...] = ()) -> dict:
+             changes: tuple[tuple[str, float], ...] = (), backend: str = "envpool") -> dict:
     """Our trainer on Freeway from our init for ``seed``, measured every ``every`` steps, with
-    the configuration's ``changes`` (none: the published one)."""
+    the configuration's ``changes`` (none: the published one), on the emulator ``backend``."""
     import jax
 
     from hyperx.agents.atari import train_atari
@@ -230,9 +234,9 @@ def run_ours(seed: int, steps: int, every: int, path: str, probe: dict,
 
     config, _ = _network(changes)
     start = time.perf_counter()
-    record = dict(code=variant_name(changes), seed=seed, game=GAME, steps=steps, every=every,
-                  changes=dict(changes), jax=jax.__version__, rows=[], episodes=[],
-                  first_reward_step=None, done=False)
+    record = dict(code=variant_name(changes, backend), seed=seed, game=GAME, steps=steps,
+                  every=every, changes=dict(changes), backend=backend, jax=jax.__version__,
+                  rows=[], episodes=[], first_reward_step=None, done=False)
     params, prior = our_init(seed, changes)
     record["rows"].append(_row(0, 0.0, params, prior, probe, None, changes))
     record["init_up_share_at_start"] = up_share_at_start(params, prior, probe, changes)
@@ -261,7 +265,7 @@ def run_ours(seed: int, steps: int, every: int, path: str, probe: dict,
         record["rows"][-1]["steps_per_s"] = chunk.metrics["steps_per_s"]
         _write(path, record)
 
-    train_atari(config, GAME, steps=steps, seeds=1, seed=seed, eval_episodes=0,
+    train_atari(config, GAME, steps=steps, seeds=1, seed=seed, eval_episodes=0, backend=backend,
                 eval_every=steps, chunk_steps=every, on_chunk=on_chunk)
     record["done"], record["wall_s"] = True, time.perf_counter() - start
     _write(path, record)
@@ -359,7 +363,9 @@ def _variants(out_dir: str, records: dict[int, dict[str, dict]]) -> dict:
     for name, runs in sorted(found.items()):
         seeds = sorted(runs)
         scored = [runs[s]["first_reward_step"] is not None for s in seeds]
-        out[name] = dict(changes=runs[seeds[0]]["changes"], paired_seeds=seeds, **_rate(scored),
+        out[name] = dict(changes=runs[seeds[0]]["changes"],
+                         backend=runs[seeds[0]].get("backend", "envpool"),
+                         paired_seeds=seeds, **_rate(scored),
                          first_reward_step={str(s): runs[s]["first_reward_step"] for s in seeds})
         for code in CODES:
             other = [records[s][code]["first_reward_step"] is not None for s in seeds]
@@ -461,6 +467,9 @@ def main() -> None:
                         help="run ours with this configuration change (repeatable; with "
                              f"--codes ours; KEY one of {', '.join(VARIABLE)}), into "
                              "progress_ours-KEY=VALUE.json")
+    parser.add_argument("--backend", choices=("envpool", "ale"), default="envpool",
+                        help="ours: the emulator front end (ale: ale-py's vector env, as "
+                             "hyperx.envs.atari runs it), into progress_ours-backend=ale.json")
     parser.add_argument("--find-averse", type=int, default=16, metavar="K",
                         help="with --seeds averse: scan seeds 0 .. K-1")
     parser.add_argument("--averse-share", type=float, default=0.05,
@@ -491,8 +500,8 @@ def main() -> None:
         changes = parse_changes(args.set)
     except ValueError as error:
         parser.error(str(error))
-    if changes and args.codes != ["ours"]:
-        parser.error(f"--set changes our configuration only: expected --codes ours, got "
+    if (changes or args.backend != "envpool") and args.codes != ["ours"]:
+        parser.error(f"--set and --backend change our run only: expected --codes ours, got "
                      f"--codes {' '.join(args.codes)}")
     if changes:
         from hyperx.agents.config import get_config
@@ -523,14 +532,15 @@ def main() -> None:
         folder = os.path.join(args.out_dir, f"seed{seed}")
         os.makedirs(folder, exist_ok=True)
         for code in args.codes:
-            code = variant_name(changes) if code == "ours" else code
+            code = variant_name(changes, args.backend) if code == "ours" else code
             path = os.path.join(folder, f"progress_{code}.json")
             if _done(path):
                 print(f"seed {seed} {code}: done, skipping", flush=True)
                 continue
             print(f"seed {seed} {code}: {args.steps} steps", flush=True)
             if code != "reference":
-                record = run_ours(seed, args.steps, args.every, path, probe, changes)
+                record = run_ours(seed, args.steps, args.every, path, probe, changes,
+                                  args.backend)
             else:
                 record = run_reference(seed, args.steps, args.every, path, probe_path,
                                        args.threads)

@@ -27,6 +27,8 @@ import freeway_same_init  # noqa: E402
     (["--codes", "ours", "--set", "index_dim=2.5"], "a number for index_dim"),
     (["--set", "redraw_prob=0.05"], "expected --codes ours"),
     (["--codes", "ours", "--set", "redraw_prob=2"], "--set: redraw_prob"),
+    (["--backend", "ale"], "expected --codes ours"),
+    (["--codes", "ours", "--backend", "gym"], "invalid choice"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, monkeypatch, capsys,
                                                         tmp_path):
@@ -96,6 +98,8 @@ def test_configuration_changes_are_named_in_one_order():
     assert isinstance(changes[0][1], int)
     assert freeway_same_init.variant_name(changes) == "ours-index_dim=8-redraw_prob=0.05"
     assert freeway_same_init.variant_name(()) == "ours"
+    assert freeway_same_init.variant_name((), "ale") == "ours-backend=ale"
+    assert freeway_same_init.variant_name(changes[:1], "ale") == "ours-index_dim=8-backend=ale"
 
 
 def test_a_changed_index_dimension_gets_probe_indices_of_that_dimension():

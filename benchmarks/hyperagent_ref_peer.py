@@ -109,6 +109,15 @@ def _import_checkout(checkout: str) -> None:
     sys.path.insert(0, os.path.abspath(checkout))
 
 
+def _copy_index_before_normalising() -> None:
+    """Change 4 above: ``HyperLinear.process_noise`` normalises a copy of its index."""
+    import hyperagent.network.hyperagent as hyper_layers
+
+    process_noise = hyper_layers.HyperLinear.process_noise
+    hyper_layers.HyperLinear.process_noise = lambda self, noise: process_noise(self,
+                                                                               noise.clone())
+
+
 def build_model(num_actions: int, args: dict | None = None):
     """``HyperAgentNet`` as ``run_atari.py`` builds it with ``run_HyperAgent.sh``'s arguments
     (the parser's defaults otherwise; ``args`` overrides), on the CPU."""
@@ -195,14 +204,11 @@ def update_command(args: argparse.Namespace) -> None:
     given before it clips them.
     """
     _import_checkout(args.checkout)
-    import hyperagent.network.hyperagent as hyper_layers
     import torch
     from hyperagent.data import Batch
     from hyperagent.policy import HyperAgentPolicy
 
-    process_noise = hyper_layers.HyperLinear.process_noise
-    hyper_layers.HyperLinear.process_noise = lambda self, noise: process_noise(self,
-                                                                               noise.clone())
+    _copy_index_before_normalising()
     model = build_model(args.actions)
     load_state(model, args.state)
     optim = torch.optim.Adam([{"params": (p for name, p in model.named_parameters()
@@ -255,7 +261,6 @@ def train_command(args: argparse.Namespace) -> None:
     _import_checkout(args.checkout)
     import gym
     import hyperagent.env.utils as env_utils
-    import hyperagent.network.hyperagent as hyper_layers
     import hyperagent.policy as policies
     import torch
     from hyperagent_ref_env import RUN_HYPERAGENT_ARGS
@@ -314,9 +319,7 @@ def train_command(args: argparse.Namespace) -> None:
                 self.episode_return = 0.0
             return obs, reward, done, info
 
-    process_noise = hyper_layers.HyperLinear.process_noise
-    hyper_layers.HyperLinear.process_noise = lambda self, noise: process_noise(self,
-                                                                               noise.clone())
+    _copy_index_before_normalising()
     make_env = env_utils.make_atari_env
     env_utils.make_atari_env = lambda a: Recorder(make_env(a))
     policies.HyperAgentPolicy = Policy

@@ -2,7 +2,7 @@
 
 This file runs under the authors' venv's Python (built by :mod:`benchmarks.hyperagent_ref_env`),
 never ours, and imports nothing of hyperx (only the numpy-only weight map of
-``hyperagent_ref_env.py`` beside it). Three commands:
+``hyperagent_ref_env.py`` beside it). Four commands:
 
 ``qvalues``: builds their ``HyperAgentNet`` exactly as ``run_atari.py`` does for
 ``run_HyperAgent.sh``'s arguments (3 actions by default), loads a state written by
@@ -11,6 +11,11 @@ never ours, and imports nothing of hyperx (only the numpy-only weight map of
 
 ``update``: one update of their ``HyperAgentPolicy`` on a given batch and indices
 (:func:`update_command`): the double-Q bootstrap values, the loss and its gradients.
+
+``frames``: their training env (``make_atari_env``: ``wrap_atari`` with episodic life, clipped
+rewards and ``--atari-100k 1``'s cap) played with given actions from a reset with exactly one
+no-op (:func:`frames_command`): every observation, reward and done, to compare with our
+front end on the same actions.
 
 ``train``: executes ``hyperagent/scripts/hyperagent/run_atari.py`` from the checkout with
 ``runpy`` as ``__main__``, with ``run_HyperAgent.sh``'s arguments, and measures. What it
@@ -51,7 +56,8 @@ Usage: ``python hyperagent_ref_peer.py qvalues --checkout DIR --state S.npz --in
 --out O.npz`` or ``python hyperagent_ref_peer.py train --checkout DIR --state S.npz --probe
 P.npz --out progress.json --seed N --steps T --every N [--game Freeway]`` or ``python
 hyperagent_ref_peer.py update --checkout DIR --state S.npz --target-state T.npz --inputs
-B.npz --out U.npz``.
+B.npz --out U.npz`` or ``python hyperagent_ref_peer.py frames --checkout DIR --inputs A.npz
+--out F.npz [--game Freeway]``.
 """
 
 from __future__ import annotations
@@ -249,6 +255,38 @@ def update_command(args: argparse.Namespace) -> None:
              **{f"grad.{name}": g for name, g in grads.items()})
 
 
+def frames_command(args: argparse.Namespace) -> None:
+    """Their training env played with the ``actions`` of ``--inputs`` until the first done.
+
+    The env is ``make_atari_env``'s for ``run_atari.py``'s defaults (``wrap_atari`` with
+    ``frame_stack=4``, ``episode_life=True``, ``clip_rewards=True``, ``atari_100k=1``); the one
+    change is ``noop_max = 1`` on its ``NoopResetEnv``, so that the reset takes exactly one
+    no-op (``randint(1, 2)``) instead of a draw from the global NumPy generator, and a front
+    end with its own no-op generator can be set to the same start. Writes ``stacks`` (T + 1,
+    4, 84, 84) uint8, the observation after the reset and after every step, and ``rewards``,
+    ``dones`` (T,)."""
+    _import_checkout(args.checkout)
+    legacy_atari()
+    from hyperagent.env.atari_wrapper import NoopResetEnv, wrap_atari
+
+    env = wrap_atari(f"{args.game}NoFrameskip-v4", frame_stack=4, episode_life=True,
+                     clip_rewards=True, atari_100k=True)
+    layer = env
+    while not isinstance(layer, NoopResetEnv):
+        layer = layer.env
+    layer.noop_max = 1
+    stacks, rewards, dones = [env.reset()], [], []
+    for action in np.load(args.inputs)["actions"]:
+        obs, reward, done, _ = env.step(int(action))
+        stacks.append(obs)
+        rewards.append(reward)
+        dones.append(done)
+        if done:
+            break
+    np.savez_compressed(args.out, stacks=np.stack(stacks).astype(np.uint8),
+                        rewards=np.asarray(rewards, np.float32), dones=np.asarray(dones))
+
+
 def _write(path: str, record: dict) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -339,11 +377,12 @@ def train_command(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("qvalues", "train", "update"))
+    parser.add_argument("command", choices=("qvalues", "train", "update", "frames"))
     parser.add_argument("--checkout", required=True, help="the authors' code")
-    parser.add_argument("--state", required=True, help="weights (.npz, their keys)")
+    parser.add_argument("--state", help="weights (.npz, their keys); all but frames")
     parser.add_argument("--out", required=True, help="the file to write")
-    parser.add_argument("--inputs", help="qvalues: frames and indices; update: a batch (.npz)")
+    parser.add_argument("--inputs", help="qvalues: frames and indices; update: a batch; "
+                        "frames: actions (.npz)")
     parser.add_argument("--target-state", help="update: the target network's weights (.npz)")
     parser.add_argument("--actions", type=int, default=3, help="qvalues: |A|")
     parser.add_argument("--probe", help="train: probe frames and indices (.npz)")
@@ -356,6 +395,13 @@ def main() -> None:
     for name in ("steps", "every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected a positive number, got {getattr(args, name)}")
+    if args.command == "frames":
+        if not args.inputs:
+            parser.error("frames needs --inputs")
+        frames_command(args)
+        return
+    if not args.state:
+        parser.error(f"{args.command} needs --state")
     if args.command in ("qvalues", "update"):
         if not args.inputs:
             parser.error(f"{args.command} needs --inputs")

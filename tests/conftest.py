@@ -3,6 +3,7 @@
 hypothesis runs derandomised, so a run is reproducible in CI. The ``terminal`` fixture runs the
 ``hyperx`` console script the way a person does: in a pseudo-terminal (tqdm draws its bar
 differently on a TTY), progress bar on, and returns its exit status and everything it printed.
+The ``authors_hyperagent`` fixture builds the authors' HyperAgent environment once per session.
 """
 
 from __future__ import annotations
@@ -92,3 +93,21 @@ def run_in_terminal(args: Sequence[str], *, cwd: Path, timeout: float = 600,
 def terminal() -> Callable[..., TerminalRun]:
     """:func:`run_in_terminal`, for tests of a command as a person runs it."""
     return run_in_terminal
+
+
+@pytest.fixture(scope="session")
+def authors_hyperagent() -> tuple[str, str]:
+    """``(python, checkout)`` of the authors' HyperAgent code in its own venv
+    (``benchmarks/hyperagent_ref_env.py``: their code from the local mirror, torch from PyPI),
+    built once; skips, saying why, only when it cannot be built here."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import hyperagent_ref_env
+
+    if not Path(hyperagent_ref_env.MIRROR).is_dir():
+        # A clone from GitHub and torch from PyPI (the CUDA build unless a CPU wheel is at hand:
+        # several GB) are not attempted inside a test run.
+        pytest.skip(f"the authors' code is not mirrored at {hyperagent_ref_env.MIRROR}")
+    try:
+        return hyperagent_ref_env.ensure()
+    except (subprocess.CalledProcessError, OSError, RuntimeError) as e:
+        pytest.skip(f"the authors' HyperAgent environment cannot be built here: {e}")

@@ -24,9 +24,14 @@ the new game's first. :mod:`hyperx.agents.atari` masks those steps out of the re
 
 Where the backends differ (tests/envs/test_atari_env.py measures it): the stack right after a
 reset repeats the first frame four times in envpool and pads with three zero frames in ale-py;
-the no-op starts draw from each backend's own generator; and the 84 x 84 resize differs
-(envpool resizes with area interpolation). With ``noop_max=0`` and the same actions, the
-newest frames agree to within a few gray levels in most pixels (the test states the bound).
+the no-op starts draw from each backend's own generator, and envpool takes
+``1 + U{0, ..., max(noop_max, 1) - 1}`` of them in games without FIRE (so at least one; in
+games with FIRE one fewer, then FIRE), the count of the baselines wrappers (1 to 30); and the
+84 x 84 resize differs (envpool resizes with area interpolation, as cv2's ``INTER_AREA``).
+With ``noop_max=0`` and the same actions, the newest frames agree to within a few gray levels
+in most pixels (the test states the bound). On Freeway from the same start, envpool's frames,
+rewards and game end are those of the authors' HyperAgent wrappers (gym + ale-py, cv2) to
+within 2 gray levels in 99.7% of pixels (tests/envs/test_atari_reference_front_end.py).
 
 Faces: :class:`AtariEnv` is a gymnasium ``VectorEnv`` (``reset``/``step`` on NumPy, for host
 loops and users' own code), and :meth:`AtariEnv.xla` returns ``(state, step)`` with a pure

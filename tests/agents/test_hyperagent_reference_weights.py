@@ -27,18 +27,6 @@ ACTIONS = 3
 RTOL, ATOL = 1e-5, 1e-6
 
 
-@pytest.fixture(scope="module")
-def reference():
-    if not Path(hyperagent_ref_env.MIRROR).is_dir():
-        # A clone from GitHub and torch from PyPI (the CUDA build unless a CPU wheel is at hand:
-        # several GB) are not attempted inside a test run.
-        pytest.skip(f"the authors' code is not mirrored at {hyperagent_ref_env.MIRROR}")
-    try:
-        return hyperagent_ref_env.ensure()
-    except (subprocess.CalledProcessError, OSError, RuntimeError) as e:
-        pytest.skip(f"the authors' HyperAgent environment cannot be built here: {e}")
-
-
 def get_atari_config():
     from hyperx.agents.config import get_config
 
@@ -74,10 +62,10 @@ def frames(seed: int) -> np.ndarray:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 3, 11])
-def test_their_network_with_our_weights_gives_our_q_values(reference, seed, tmp_path):
+def test_their_network_with_our_weights_gives_our_q_values(authors_hyperagent, seed, tmp_path):
     import jax.numpy as jnp
 
-    python, checkout = reference
+    python, checkout = authors_hyperagent
     params, prior, network = our_init(seed)
     x = frames(seed)
     xi = np.random.default_rng(100 + seed).normal(size=(16, 4)).astype(np.float32)
@@ -125,7 +113,8 @@ def test_the_hyper_layer_map_puts_output_o_of_feature_p_at_p_times_o_plus_o():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 5])
-def test_one_update_equals_the_authors_on_the_same_batch_and_indices(reference, seed, tmp_path):
+def test_one_update_equals_the_authors_on_the_same_batch_and_indices(authors_hyperagent, seed,
+                                                                     tmp_path):
     """One gradient step of ours (``bootstrap_targets``, ``value_loss``) against their
     ``HyperAgentPolicy`` (``_target_q``, ``learn``; ``hyperagent_ref_peer.py update``) on the
     same weights (online from seed ``seed``, target from another seed), batch of 8 transitions
@@ -148,7 +137,7 @@ def test_one_update_equals_the_authors_on_the_same_batch_and_indices(reference, 
     from hyperx.agents.core import bootstrap_targets, value_loss
     from hyperx.replay import ReplaySample
 
-    python, checkout = reference
+    python, checkout = authors_hyperagent
     params, prior, network = our_init(seed)
     target_params, _, _ = our_init(seed + 100)
     rng = np.random.default_rng(seed)

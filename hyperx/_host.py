@@ -8,13 +8,15 @@ commands (:mod:`hyperx.commands`) build their run directories on them.
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import os
 import platform
 import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,15 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Write ``header`` and ``rows`` to the CSV ``path`` atomically (:func:`write_atomic`)."""
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(header)
+    writer.writerows(rows)
+    write_atomic(path, text.getvalue())
 
 
 VERSIONED = ("jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint")

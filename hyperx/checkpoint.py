@@ -24,13 +24,14 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from hyperx._host import first_difference, sigint_held
+from hyperx._host import first_difference, sigint_held, write_atomic
 
 DIGESTS = "hyperx_files.json"
 """The record of a step's files (sizes and SHA-256), written into the step's folder."""
@@ -90,10 +91,7 @@ class CheckpointManager:
     def _write_digests(self, step: int) -> None:
         """Record every file of ``step`` (size and SHA-256) in the step's folder."""
         path = self._digests_path(step)
-        digests = _file_digests(os.path.dirname(path))
-        with open(path + ".tmp", "w") as f:
-            json.dump(digests, f)
-        os.replace(path + ".tmp", path)
+        write_atomic(Path(path), json.dumps(_file_digests(os.path.dirname(path))))
 
     def _check_files(self, step: int) -> None:
         """Raise ``ValueError`` naming the first file of ``step`` that is missing or differs
@@ -215,7 +213,7 @@ def _file_digests(folder: str) -> dict[str, list]:
         for name in files:
             path = os.path.join(root, name)
             rel = os.path.relpath(path, folder)
-            if rel not in (DIGESTS, DIGESTS + ".tmp"):
+            if rel != DIGESTS:
                 out[rel] = [os.path.getsize(path), _sha256(path)]
     return out
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperx._host import write_atomic
+from hyperx._host import write_atomic, write_csv
 from hyperx.commands._args import fail, positive_int
 from hyperx.commands._rundir import add_run_options
 
@@ -98,13 +98,9 @@ class Parts:
 
     def write(self, block: Block, rows: Iterable[Sequence[Any]], meta: dict[str, Any]) -> None:
         """Write one part: its JSON, then its CSV (header and ``rows``)."""
-        text = io.StringIO()
-        writer = csv.writer(text)
-        writer.writerow(self.columns)
-        writer.writerows(rows)
         path = self.path(block)
         write_atomic(path.with_suffix(".json"), json.dumps(meta) + "\n")
-        write_atomic(path, text.getvalue())
+        write_csv(path, self.columns, rows)
 
     def read(self, block: Block, expected: Iterable[Sequence[Any]]
              ) -> tuple[list[list[str]], list[float], dict[str, Any]]:

@@ -39,7 +39,7 @@ from hyperx._host import environment, first_difference, write_atomic
 from hyperx._validation import MemoryEstimate
 from hyperx.commands._args import check_out_path, check_out_usable, fail, interrupted
 from hyperx.commands._dryrun import WorkEstimate, add_dry_run_option, report
-from hyperx.commands._tracking import add_tracking_option
+from hyperx.commands._tracking import Tracker, add_tracking_option, check_tracking
 
 MANIFEST = "run.json"
 
@@ -229,10 +229,16 @@ class RunDirectory:
     def __init__(self, args: argparse.Namespace, command: str, settings: dict[str, Any],
                  outputs: Sequence[str], *, extent: str, checkpointed: bool | None = None
                  ) -> None:
+        check_tracking(args.track)
         self.args, self.command, self.settings = args, command, settings
         self.outputs, self.extent, self.checkpointed = tuple(outputs), extent, checkpointed
         self.out = Path(args.out)
         self.manifest: dict[str, Any] | None = None
+
+    def tracker(self) -> Tracker:
+        """The run's metric logger: Weights & Biases with ``--track``, else one that drops
+        everything."""
+        return Tracker(self.out, self.command, self.settings, track=self.args.track)
 
     @property
     def resumed(self) -> bool:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hyperx._host import device_line, write_atomic
+from hyperx._host import device_line, write_csv
 from hyperx._validation import plural
 from hyperx.commands._args import (
     closest,
@@ -37,7 +36,7 @@ from hyperx.commands._rundir import (
     saved_run,
     write_summary_json,
 )
-from hyperx.commands._tracking import Tracker, check_tracking
+from hyperx.commands._tracking import Tracker
 
 if TYPE_CHECKING:
     from hyperx.loop import Chunk
@@ -172,7 +171,6 @@ def run_from_args(args: argparse.Namespace) -> int:
     except ValueError as err:
         fail(str(err).replace("num_envs:", "--envs-per-seed:"))
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
-    check_tracking(args.track)
     run = RunDirectory(args, "atari", settings, OUTPUTS,
                        extent=f"all {args.steps} env steps per seed",
                        checkpointed=args.checkpoint)
@@ -184,7 +182,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     out = run.out
     log = RunLog(out, args.seeds, progress=not args.quiet, total=args.steps,
-                 resume=run.resumed, tracker=Tracker(out, "atari", settings, track=args.track),
+                 resume=run.resumed, tracker=run.tracker(),
                  games=_games(args))
 
     def stopped(stop: KeyboardInterrupt) -> str:
@@ -311,11 +309,8 @@ def write_games(out: Path, result: Any) -> None:
     chunk that finished between its checkpoint and its log line)."""
     several = len(set(result.games)) > 1
     for name, rows in (("episodes", result.episodes), ("evaluations", result.evaluations)):
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=fields(name, several), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        write_atomic(out / f"{name}.csv", text.getvalue())
+        columns = fields(name, several)
+        write_csv(out / f"{name}.csv", columns, ([r.get(c, "") for c in columns] for r in rows))
 
 
 class RunLog:
@@ -346,15 +341,13 @@ class RunLog:
         for name in CSV_FIELDS:
             columns = fields(name, self._games is not None)
             path = self.out / f"{name}.csv"
-            text = io.StringIO()
-            writer = csv.DictWriter(text, fieldnames=columns)
-            writer.writeheader()
+            kept = []
             if self._resume and path.exists():
                 with open(path, newline="") as f:
-                    writer.writerows(row for row in csv.DictReader(f)
-                                     if row.get("env_step", "").isdigit()
-                                     and int(row["env_step"]) <= start)
-            write_atomic(path, text.getvalue())
+                    kept = [[row.get(c, "") for c in columns] for row in csv.DictReader(f)
+                            if row.get("env_step", "").isdigit()
+                            and int(row["env_step"]) <= start]
+            write_csv(path, columns, kept)
             self._files[name] = open(path, "a", newline="")  # noqa: SIM115
             self._writers[name] = csv.DictWriter(self._files[name], fieldnames=columns)
 

@@ -59,7 +59,7 @@ from hyperx.commands._dryrun import WorkEstimate
 from hyperx.commands._parts import Block, Parts, add_parts_options, log_checkpoints
 from hyperx.commands._plots import plot_bands
 from hyperx.commands._rundir import RunDirectory, format_interval, interval95, write_summary_json
-from hyperx.commands._tracking import Tracker, check_tracking, log_curves
+from hyperx.commands._tracking import log_curves
 
 ENV_ALIASES = {"linear": "russo"}
 CSV_COLUMNS = ("agent", "config", "seed", "t", "regret")
@@ -235,7 +235,6 @@ def run_from_args(args: argparse.Namespace) -> int:
     settings = {key: getattr(args, key) for key in SETTINGS}
     if args.data is not None:  # only --env text has them (older run folders lack the keys)
         settings.update(data=args.data, model=args.model)
-    check_tracking(args.track)
     run = RunDirectory(args, "bandit", settings, OUTPUTS, extent="every part")
     if args.dry_run:
         return run.dry_run(memory=memory, work=[_work(args, env, len(agents))])
@@ -274,7 +273,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     parts.run(run, todo, play, progress=None if args.quiet else "bandit", on_part=write_part)
     summary, curves = _write_outputs(parts, args, env, agents, checkpoints)
     if todo:  # the mean regret curves, once, when the sweep ran
-        log_curves(Tracker(out, "bandit", settings, track=args.track), "regret", checkpoints,
+        log_curves(run.tracker(), "regret", checkpoints,
                    {label: c.mean(axis=0) for label, c in curves.items()})
     run.finish()
     if not args.quiet:

@@ -29,7 +29,6 @@ from hyperx.commands._rundir import (
     saved_run,
     write_summary_json,
 )
-from hyperx.commands._tracking import Tracker, check_tracking
 
 if TYPE_CHECKING:
     from hyperx.agents.deepsea import DeepSeaResult
@@ -82,7 +81,6 @@ def run_from_args(args: argparse.Namespace) -> int:
 
     if args.eval_only:
         return _eval_only(args)
-    check_tracking(args.track)
     with memory_estimates() as memory:
         config, program = check_args(args)
     settings = {key: getattr(args, key) for key in SETTINGS}
@@ -98,7 +96,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     mapping = (list(range(args.mapping_seed, args.mapping_seed + args.seeds))
                if args.per_seed_mappings else args.mapping_seed)
     writer = ReturnsWriter(out / "returns.csv")
-    tracker = Tracker(out, "deepsea", settings, track=args.track)
+    tracker = run.tracker()
 
     def log_chunk(chunk: Chunk) -> None:
         first, episodes = writer.written or 0, chunk.done // args.size

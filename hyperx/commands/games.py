@@ -54,7 +54,6 @@ from hyperx.commands._dryrun import WorkEstimate
 from hyperx.commands._parts import Block, Parts, add_parts_options, log_checkpoints
 from hyperx.commands._plots import plot_bands
 from hyperx.commands._rundir import RunDirectory, format_interval, interval95, write_summary_json
-from hyperx.commands._tracking import Tracker, check_tracking
 
 GAMES = ("zero_sum", "general_sum", "rps", "sioux_falls")
 CSV_COLUMNS = ("matchup", "player", "learner", "seed", "t", "regret")
@@ -285,7 +284,6 @@ def run_from_args(args: argparse.Namespace) -> int:
             check_memory(f"--seeds-per-part {args.seeds_per_part}", part * per_seed,
                          host_memory_bytes(), "memory for one part's rounds")
     settings = {key: getattr(args, key) for key in SETTINGS}
-    check_tracking(args.track)
     run = RunDirectory(args, "games", settings, OUTPUTS, extent="every part")
     if args.dry_run:
         return run.dry_run(memory=memory, work=[WorkEstimate(
@@ -316,12 +314,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     parts.run(run, todo, lambda block: _run_part(
         args, num_actions, matchups[block[0]][0], programs[block[0]], block, checkpoints,
         parts), progress=None if args.quiet else "games")
-    summary = _write_outputs(parts, args, matchups, checkpoints)
-    if routing:
-        summary["equilibrium_relative_delay"] = equilibrium_delay
-        write_summary_json(out, summary)
+    summary = _write_outputs(parts, args, matchups, checkpoints,
+                             {"equilibrium_relative_delay": equilibrium_delay} if routing else {})
     if todo:  # each matchup's final regret and gap, once, when the games ran
-        tracker = Tracker(out, "games", settings, track=args.track)
+        tracker = run.tracker()
         try:
             tracker.log({key: value for text, entry in summary["matchups"].items()
                          for key, value in ((f"average_regret/{text}",
@@ -342,9 +338,9 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def _write_outputs(parts: Parts, args: argparse.Namespace, matchups: list,
-                   checkpoints: np.ndarray) -> dict[str, Any]:
+                   checkpoints: np.ndarray, extra: dict[str, Any]) -> dict[str, Any]:
     """Join the parts on disk (each checked by :meth:`Parts.read`) into regret.csv,
-    summary.json and regret.png; returns the summary."""
+    summary.json (with ``extra``'s entries last) and regret.png; returns the summary."""
     out = parts.out
     summary: dict[str, Any] = {key: getattr(args, key) for key in SETTINGS}
     summary["gap"] = {"general_sum": "cce_gap", "sioux_falls": "relative_delay"}.get(
@@ -352,6 +348,7 @@ def _write_outputs(parts: Parts, args: argparse.Namespace, matchups: list,
     summary["matchups"] = {}
     parts.join("regret.csv", lambda writer: _join_parts(parts, args, matchups, checkpoints,
                                                         writer, summary))
+    summary.update(extra)
     write_summary_json(out, summary)
     plot_games_csv(out)
     return summary

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import io
 import os
 import sys
 import time
@@ -31,12 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from hyperx._host import device_line, sigint_held, write_atomic
+from hyperx._host import device_line, sigint_held, write_atomic, write_csv
 from hyperx.commands._args import fail, failing, non_negative_int, positive_int
 from hyperx.commands._dryrun import WorkEstimate
 from hyperx.commands._plots import figure
 from hyperx.commands._rundir import RunDirectory, add_run_options, write_summary_json
-from hyperx.commands._tracking import Tracker, check_tracking
 
 if TYPE_CHECKING:
     import jax
@@ -334,7 +332,6 @@ def run_from_args(args: argparse.Namespace) -> int:
                              rollout_dtype=args.rollout_dtype, lag=args.lag,
                              lr_schedule=args.lr_schedule, ppo_epochs=args.ppo_epochs)
     settings = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
-    check_tracking(args.track)
     run = RunDirectory(args, "llm", settings, OUTPUTS, extent=f"all {args.steps} steps",
                        checkpointed=True)
     if args.dry_run:
@@ -425,7 +422,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                 write_atomic(path, "")
             stream = resources.enter_context(open(path, "a", newline=""))
             rows = csv.writer(stream)
-            tracker = Tracker(out, "llm", settings, track=args.track)
+            tracker = run.tracker()
             resources.callback(tracker.close)
             if not args.quiet and len(done) < args.steps:
                 sys.stderr.write("hyperx llm: compiling the RL step and running the first one "
@@ -513,12 +510,8 @@ def write_metrics(history: list[dict[str, float]], path: str | Path) -> None:
     """One CSV row per step, one column per metric (the union of keys, sorted, step first),
     written atomically (:func:`hyperx._host.write_atomic`)."""
     keys = sorted({k for h in history for k in h} - {"step"})
-    text = io.StringIO()
-    writer = csv.writer(text)
-    writer.writerow(["step", *keys])
-    for h in history:
-        writer.writerow([int(h.get("step", 0)), *(h.get(k, "") for k in keys)])
-    write_atomic(Path(path), text.getvalue())
+    write_csv(Path(path), ["step", *keys],
+              ([int(h.get("step", 0)), *(h.get(k, "") for k in keys)] for h in history))
 
 
 def plot_metrics_csv(directory: str | Path) -> Path:

@@ -20,10 +20,12 @@ from hyperx._validation import (
     check_values_in,
 )
 
-__all__ = ["BanditEnv", "Round", "bernoulli_reward", "check_arm", "gaussian_reward"]
+__all__ = ["ENCODINGS", "BanditEnv", "Round", "arm_features", "bernoulli_reward", "check_arm",
+           "gaussian_reward", "no_state", "standardize_columns"]
 
 Array = jax.Array
 EnvState = Any
+ENCODINGS = ("disjoint", "concat")
 
 
 class Round(NamedTuple):
@@ -84,3 +86,25 @@ def bernoulli_reward(env_state: EnvState, key: Array, round_: Round, arm: Array)
     check_arm(round_, arm)
     check_values_in("round.expected_rewards", round_.expected_rewards, 0.0, 1.0)
     return jax.random.bernoulli(key, round_.expected_rewards[arm]).astype(jnp.float32)
+
+
+def standardize_columns(x: np.ndarray) -> np.ndarray:
+    """Each column of ``x`` (N, p) to mean 0 and standard deviation 1 (a constant column is
+    only centred)."""
+    std = x.std(axis=0)
+    return (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
+
+
+def arm_features(x: Array, num_arms: int, encoding: str) -> Array:
+    """The K arm features of one example ``x`` (p,) when arm k is "answer k": ``disjoint``
+    e_k kron x, (K, K p); ``concat`` [x, e_k], (K, p + K)."""
+    eye = jnp.eye(num_arms, dtype=x.dtype)
+    if encoding == "disjoint":
+        return jnp.kron(eye, x[None, :])
+    return jnp.concatenate([jnp.broadcast_to(x, (num_arms, x.shape[0])), eye], axis=1)
+
+
+def no_state(key: Array) -> Array:
+    """``init`` of a game whose instance is its data set: no per-seed draw."""
+    del key
+    return jnp.zeros((), jnp.float32)

@@ -57,10 +57,14 @@ from hyperx._validation import (
     device_memory_bytes,
 )
 from hyperx.envs.bandit_base import (
+    ENCODINGS,
     BanditEnv,
     Round,
+    arm_features,
     bernoulli_reward,
     gaussian_reward,
+    no_state,
+    standardize_columns,
 )
 from hyperx.envs.text_bandit import text_bandit
 
@@ -260,9 +264,7 @@ def _load_dataset(dataset: str) -> tuple[np.ndarray, np.ndarray]:
         raise ImportError(
             f"dataset {dataset!r} needs scikit-learn (pip install scikit-learn)") from err
     data = getattr(datasets, f"load_{dataset}")()
-    x = np.asarray(data.data, np.float64)
-    std = x.std(axis=0)
-    x = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    x = standardize_columns(np.asarray(data.data, np.float64))
     _, y = np.unique(np.asarray(data.target), return_inverse=True)
     return x.astype(np.float32), y.astype(np.int32)
 
@@ -276,7 +278,7 @@ def classification(dataset: str, *, encoding: str = "disjoint") -> BanditEnv:
     x_k = [x, e_k] in R^{p + K}.
     """
     check_choice("dataset", dataset, _DATASETS)
-    check_choice("encoding", encoding, ("disjoint", "concat"))
+    check_choice("encoding", encoding, ENCODINGS)
     x_np, y_np = _load_dataset(dataset)
     features, labels = jnp.asarray(x_np), jnp.asarray(y_np)
     num_examples, p = x_np.shape
@@ -284,21 +286,12 @@ def classification(dataset: str, *, encoding: str = "disjoint") -> BanditEnv:
     eye = jnp.eye(k, dtype=jnp.float32)
     dim = k * p if encoding == "disjoint" else p + k
 
-    def init(key: Array) -> Array:
-        del key
-        return jnp.zeros((), jnp.float32)
-
     def observe(env_state: Array, key: Array, t: Array) -> Round:
         del env_state, t
         i = jax.random.randint(key, (), 0, num_examples)
-        x = features[i]
-        if encoding == "disjoint":
-            contexts = (eye[:, :, None] * x[None, None, :]).reshape(k, dim)
-        else:
-            contexts = jnp.concatenate([jnp.broadcast_to(x, (k, p)), eye], axis=1)
-        return Round(contexts, eye[labels[i]])
+        return Round(arm_features(features[i], k, encoding), eye[labels[i]])
 
-    return BanditEnv(dataset, k, dim, False, init, observe, gaussian_reward(0.0))
+    return BanditEnv(dataset, k, dim, False, no_state, observe, gaussian_reward(0.0))
 
 
 def _text_game(data: Any = None, model: Any = None, **kwargs: Any) -> BanditEnv:

@@ -49,7 +49,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyperx._validation import check_choice, check_flag, check_int, check_range
-from hyperx.envs.bandit_base import BanditEnv, Round, gaussian_reward
+from hyperx.envs.bandit_base import (
+    ENCODINGS,
+    BanditEnv,
+    Round,
+    arm_features,
+    gaussian_reward,
+    no_state,
+    standardize_columns,
+)
 
 Array = jax.Array
 Tokenizer = Callable[[str], Sequence[int]]
@@ -313,7 +321,7 @@ def text_bandit_from_features(
     Arm 0 blocks, arm 1 publishes; see the module docstring for the rewards and encodings.
     ``standardize`` scales each feature column to mean 0, std 1 (over the data set).
     """
-    check_choice("encoding", encoding, ("disjoint", "concat"))
+    check_choice("encoding", encoding, ENCODINGS)
     check_choice("rewards", rewards, ("reference", "correct"))
     check_flag("standardize", standardize)
     x = np.asarray(features, np.float64)
@@ -326,8 +334,7 @@ def text_bandit_from_features(
         raise ValueError(f"hateful: expected a bool array of shape ({x.shape[0]},), got "
                          f"{flags.dtype} {flags.shape}")
     if standardize:
-        std = x.std(axis=0)
-        x = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
+        x = standardize_columns(x)
     feats = jnp.asarray(x, jnp.float32)
     if rewards == "reference":
         table = np.where(flags[:, None], [0.5, -0.5], [0.5, 1.0])
@@ -335,24 +342,14 @@ def text_bandit_from_features(
         table = np.where(flags[:, None], [1.0, 0.0], [0.0, 1.0])
     means = jnp.asarray(table, jnp.float32)
     num, p = x.shape
-    eye = jnp.eye(2, dtype=jnp.float32)
     dim = 2 * p if encoding == "disjoint" else p + 2
-
-    def encode(f: Array) -> Array:  # (p,) -> (2, dim)
-        if encoding == "disjoint":
-            return jnp.kron(eye, f[None, :])
-        return jnp.concatenate([jnp.tile(f, (2, 1)), eye], axis=1)
 
     def observe(env_state: Array, key: Array, t: Array) -> Round:
         del env_state, t
         i = jax.random.randint(key, (), 0, num)
-        return Round(encode(feats[i]), means[i])
+        return Round(arm_features(feats[i], 2, encoding), means[i])
 
-    def init(key: Array) -> Array:  # the game is the data set: no per-seed draw
-        del key
-        return jnp.zeros((), jnp.float32)
-
-    return BanditEnv(name, 2, dim, False, init, observe, gaussian_reward(0.0))
+    return BanditEnv(name, 2, dim, False, no_state, observe, gaussian_reward(0.0))
 
 
 def text_bandit(
@@ -371,7 +368,7 @@ def text_bandit(
     """
     _check_model(model)
     _cache_path(cache_dir)
-    check_choice("encoding", encoding, ("disjoint", "concat"))
+    check_choice("encoding", encoding, ENCODINGS)
     check_choice("rewards", rewards, ("reference", "correct"))
     if isinstance(data, tuple):
         if len(data) != 2:

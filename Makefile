@@ -68,7 +68,7 @@ test-tunix: $(STAMPTUNIX)
 	$(PYTUNIX) -m pytest -n 1 --durations=10 -q -m "slow or not slow" tests/llm/test_tunix.py
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow --durations=15 -q
+	$(PY) -m pytest -n 2 -m slow --durations=15 -q
 
 # The speed benchmarks (a few minutes, run them alone); the quality studies
 # (bandit_ensemble_size, bandit_neural, deepsea_scaling) take longer: see each script's --help.

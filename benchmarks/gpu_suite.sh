@@ -125,6 +125,9 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   DEEPSEA="--size 4 --steps 64 --seeds 8"
   LLM="--steps 3 --tiny"
   B_AGENTS=240; B_GAMES=200; B_PROGRAM=200; B_LEARN=150; B_BANDIT=60; B_DEEPSEA=60; B_LLM=90
+  # the stages' processes share compiled programs (4 games side by side reuse the 2 games'),
+  # which only shortens the dry run: its numbers are not measurements
+  export JAX_COMPILATION_CACHE_DIR="$DIR/jax_cache"
 else
   PER_PROGRAM="8 32 128"; SIDE_AGENTS=8; SIDE_AGENT=hyperagent; SIDE_GAMES="Breakout Alien Pong Freeway"
   ATARI_SIZES="--steps 500 --buffer-size 10000 --learning-starts 32"

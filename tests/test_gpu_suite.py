@@ -117,7 +117,7 @@ def test_dry_run_records_every_stage_and_the_projections(tmp_path):
     stage ran to the end with numbers, and the projections are computed from them."""
     env = dict(os.environ, DRY_RUN="1", OUT=str(tmp_path), PY=sys.executable)
     subprocess.run(["bash", "benchmarks/gpu_suite.sh"], cwd=ROOT, env=env, check=True,
-                   timeout=600)
+                   timeout=900)
     out = json.loads((tmp_path / "gpu_suite.json").read_text())
     assert out["dry_run"] is True and out["command"] == "DRY_RUN=1 bash benchmarks/gpu_suite.sh"
     assert out["versions"]["jax"] and out["versions"]["envpool"] and out["device"]

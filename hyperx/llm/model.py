@@ -16,6 +16,7 @@ transformers Flax model through :func:`hyperx.llm.hf.hf_lm`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
@@ -200,9 +201,14 @@ def _routing_stats(state) -> dict[str, dict[str, jax.Array]]:
             for key in ("experts", "router_probs")}
 
 
+@functools.lru_cache(maxsize=64)
 def transformer_lm(module) -> LanguageModel:
     """:class:`LanguageModel` of a :class:`hyperx.llm.transformer.Transformer` module (with
-    ``routed_logits`` / ``routed_decode`` when it has MoE blocks)."""
+    ``routed_logits`` / ``routed_decode`` when it has MoE blocks).
+
+    Equal modules (Flax modules compare by their fields) get the same object back, so a jitted
+    function that takes the model as a static argument (:func:`hyperx.llm.train.evaluate`)
+    compiles once for them, not once per call of this function."""
 
     def logits(params, tokens):
         return module.apply(params, tokens)

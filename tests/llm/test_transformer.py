@@ -100,3 +100,23 @@ def test_bad_inputs_raise(setup):
         module.apply(params, jnp.zeros((1, 17), jnp.int32))
     with pytest.raises(ValueError, match="d_model"):
         Transformer(vocab_size=V, d_model=30, num_heads=4).init(jax.random.key(0), prompts)
+
+
+def test_equal_modules_share_one_model_and_evaluate_compiles_once(monkeypatch):
+    """``transformer_lm`` of equal modules is one object, so ``evaluate`` with a freshly built
+    model of the same module traces once (it used to trace on every call)."""
+    from hyperx.llm import train
+    from hyperx.llm.tasks import Task
+
+    task = Task("addition", 1)
+    module, params = train.make_policy(task, d_model=16, num_layers=1, num_heads=2)
+    assert transformer_lm(module) is transformer_lm(module.clone())
+    assert train.transformer_lms(module, "bfloat16")[1] is train.transformer_lms(
+        module, "bfloat16")[1]
+    assert transformer_lm(module) is not transformer_lm(module.clone(d_model=32))
+    traces = []
+    evaluate = train._evaluate
+    monkeypatch.setattr(train, "_evaluate", lambda *a: traces.append(1) or evaluate(*a))
+    rewards = [float(train.evaluate(train.transformer_lms(module, "float32")[0], params, task,
+                                    jax.random.key(0), 8)) for _ in range(3)]
+    assert len(traces) == 1 and rewards[0] == rewards[1] == rewards[2]

@@ -201,14 +201,27 @@ def _routing_stats(state) -> dict[str, dict[str, jax.Array]]:
             for key in ("experts", "router_probs")}
 
 
-@functools.lru_cache(maxsize=64)
 def transformer_lm(module) -> LanguageModel:
     """:class:`LanguageModel` of a :class:`hyperx.llm.transformer.Transformer` module (with
     ``routed_logits`` / ``routed_decode`` when it has MoE blocks).
 
     Equal modules (Flax modules compare by their fields) get the same object back, so a jitted
     function that takes the model as a static argument (:func:`hyperx.llm.train.evaluate`)
-    compiles once for them, not once per call of this function."""
+    compiles once for them, not once per call of this function; a module with an unhashable
+    field (a list for ``moe_layers``) gets a new one each call."""
+    try:
+        return _shared_transformer_lm(module)
+    except TypeError:
+        return _build_transformer_lm(module)
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_transformer_lm(module) -> LanguageModel:
+    return _build_transformer_lm(module)
+
+
+def _build_transformer_lm(module) -> LanguageModel:
+    """:func:`transformer_lm` without the sharing."""
 
     def logits(params, tokens):
         return module.apply(params, tokens)

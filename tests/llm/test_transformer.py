@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hyperx.llm.model import response_log_probs, sample, transformer_lm
+from hyperx.llm.moe import MoEConfig
 from hyperx.llm.train import cast_params
 from hyperx.llm.transformer import Transformer, rope
 
@@ -114,6 +115,9 @@ def test_equal_modules_share_one_model_and_evaluate_compiles_once(monkeypatch):
     assert train.transformer_lms(module, "bfloat16")[1] is train.transformer_lms(
         module, "bfloat16")[1]
     assert transformer_lm(module) is not transformer_lm(module.clone(d_model=32))
+    listed = Transformer(vocab_size=V, d_model=16, num_layers=2, num_heads=2, mlp_hidden=32,
+                         max_len=16, moe=MoEConfig(num_experts=2, top_k=1), moe_layers=[1])
+    assert transformer_lm(listed).routed_logits is not None  # unhashable field: not shared
     traces = []
     evaluate = train._evaluate
     monkeypatch.setattr(train, "_evaluate", lambda *a: traces.append(1) or evaluate(*a))

@@ -16,7 +16,7 @@ transformers Flax model through :func:`hyperx.llm.hf.hf_lm`.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 from typing import Any, NamedTuple, Protocol
 
 import flax.linen as nn
@@ -201,48 +201,67 @@ def _routing_stats(state) -> dict[str, dict[str, jax.Array]]:
             for key in ("experts", "router_probs")}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Bound:
+    """A :class:`LanguageModel` function of one Flax module, equal to another for an equal
+    module (Flax modules compare by their fields) and then hashed alike, so a jitted function
+    that takes the model as a static argument (:func:`hyperx.llm.train.evaluate`) compiles once
+    for equal modules. A module with an unhashable field (a list for ``moe_layers``) hashes by
+    identity: still usable as a static argument, not shared."""
+
+    module: Any
+
+    def __hash__(self) -> int:
+        try:
+            return hash((type(self), self.module))
+        except TypeError:
+            return hash((type(self), id(self.module)))
+
+
+class _Logits(_Bound):
+    def __call__(self, params: Any, tokens: jax.Array) -> jax.Array:
+        return self.module.apply(params, tokens)
+
+
+class _InitCache(_Bound):
+    def __call__(self, batch: int, length: int) -> Any:
+        return self.module.init_cache(batch, length)
+
+
+class _Decode(_Bound):
+    def __call__(self, params: Any, tokens: jax.Array, cache: Any,
+                 index: jax.Array | int) -> tuple[jax.Array, Any]:
+        return self.module.apply(params, tokens, cache, index, method="decode")
+
+
+class _RoutedLogits(_Bound):
+    def __call__(self, params: Any, tokens: jax.Array,
+                 routing: dict[str, jax.Array] | None = None) -> tuple[jax.Array, dict]:
+        logits, state = self.module.apply(params, tokens, routing, mutable=["intermediates"])
+        return logits, _routing_stats(state)
+
+
+class _RoutedDecode(_Bound):
+    def __call__(self, params: Any, tokens: jax.Array, cache: Any,
+                 index: jax.Array | int) -> tuple[jax.Array, Any, dict]:
+        (logits, cache), state = self.module.apply(params, tokens, cache, index,
+                                                   method="decode", mutable=["intermediates"])
+        return logits, cache, _routing_stats(state)["experts"]
+
+
 def transformer_lm(module) -> LanguageModel:
     """:class:`LanguageModel` of a :class:`hyperx.llm.transformer.Transformer` module (with
     ``routed_logits`` / ``routed_decode`` when it has MoE blocks).
 
-    Equal modules (Flax modules compare by their fields) get the same object back, so a jitted
-    function that takes the model as a static argument (:func:`hyperx.llm.train.evaluate`)
-    compiles once for them, not once per call of this function; a module with an unhashable
-    field (a list for ``moe_layers``) gets a new one each call."""
-    try:
-        return _shared_transformer_lm(module)
-    except TypeError:
-        return _build_transformer_lm(module)
-
-
-@functools.lru_cache(maxsize=64)
-def _shared_transformer_lm(module) -> LanguageModel:
-    return _build_transformer_lm(module)
-
-
-def _build_transformer_lm(module) -> LanguageModel:
-    """:func:`transformer_lm` without the sharing."""
-
-    def logits(params, tokens):
-        return module.apply(params, tokens)
-
-    def decode(params, tokens, cache, index):
-        return module.apply(params, tokens, cache, index, method="decode")
-
-    def routed_logits(params, tokens, routing=None):
-        logits, state = module.apply(params, tokens, routing, mutable=["intermediates"])
-        return logits, _routing_stats(state)
-
-    def routed_decode(params, tokens, cache, index):
-        (logits, cache), state = module.apply(params, tokens, cache, index, method="decode",
-                                              mutable=["intermediates"])
-        return logits, cache, _routing_stats(state)["experts"]
-
+    Models of equal modules compare (and, for hashable fields, hash) equal, so a jitted function
+    that takes the model as a static argument (:func:`hyperx.llm.train.evaluate`) compiles once
+    for them, not once per call of this function."""
     moe = getattr(module, "moe", None) is not None
-    return LanguageModel(logits=logits, init_cache=module.init_cache, decode=decode,
-                         vocab_size=module.vocab_size, max_len=module.max_len,
-                         routed_logits=routed_logits if moe else None,
-                         routed_decode=routed_decode if moe else None)
+    return LanguageModel(logits=_Logits(module), init_cache=_InitCache(module),
+                         decode=_Decode(module), vocab_size=module.vocab_size,
+                         max_len=module.max_len,
+                         routed_logits=_RoutedLogits(module) if moe else None,
+                         routed_decode=_RoutedDecode(module) if moe else None)
 
 
 def sample(lm: LanguageModel, params, key: jax.Array, prompts: jax.Array, *,

@@ -51,6 +51,8 @@ demo: $(STAMP)
 	$(VENV)/bin/hyperx demo
 
 # Two workers (pytest-xdist): the suite is mostly XLA compiles, which use one core each.
+# tests/conftest.py shares one compilation cache per run among the workers and asks XLA:CPU
+# for unoptimised machine code in this default suite (about a quarter less time).
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --durations=15 -q
 

@@ -12,6 +12,7 @@ import fcntl
 import os
 import pty
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -27,6 +28,70 @@ from hypothesis import settings
 
 settings.register_profile("hyperx", derandomize=True, print_blob=True)
 settings.load_profile("hyperx")
+
+
+_CACHE_VAR = "JAX_COMPILATION_CACHE_DIR"
+
+
+def _share_compiled_programs() -> str | None:
+    """One JAX compilation cache per test run, shared by the xdist workers and the commands
+    they start: a test that builds a program another test already built (the same agent or
+    learner at the same shapes, from a fresh closure or in a fresh process) loads it instead of
+    compiling it again. The main process makes a fresh folder (so a run starts cold, as in CI),
+    its workers inherit it through the environment, and it is removed when the run ends; a
+    command interrupted inside its first compilation runs without it (:func:`cold_compile_env`).
+    ``HYPERX_TEST_COMPILE_CACHE=0`` turns it off. Returns the folder this process made."""
+    if os.environ.get("HYPERX_TEST_COMPILE_CACHE", "1") == "0":
+        return None
+    import tempfile
+
+    import jax
+
+    made = None
+    if "PYTEST_XDIST_WORKER" not in os.environ and _CACHE_VAR not in os.environ:
+        made = tempfile.mkdtemp(prefix="hyperx-tests-jax-")
+        os.environ[_CACHE_VAR] = made
+    elif _CACHE_VAR not in os.environ:
+        return None
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+    jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_VAR])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    return made
+
+
+_CACHE_MADE = _share_compiled_programs()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The default suite (``-m 'not slow'``) asks XLA's CPU backend for unoptimised machine code
+    (``--xla_backend_optimization_level=0``): its tests are short programs whose time is mostly
+    LLVM's, and the same HLO is run (the graph optimisations stay on). The slow suite, whose
+    learning runs are mostly execution, keeps XLA's default. Set before any test touches the
+    backend; the commands that tests start inherit it. ``HYPERX_TEST_FAST_COMPILE=0`` keeps
+    the default everywhere."""
+    if (config.option.markexpr == "not slow"
+            and os.environ.get("HYPERX_TEST_FAST_COMPILE", "1") != "0"):
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "xla_backend_optimization_level" not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _CACHE_MADE is not None:
+        shutil.rmtree(_CACHE_MADE, ignore_errors=True)
+
+
+def cold_compile_env() -> dict[str, str]:
+    """``os.environ`` without the run's shared compilation cache: for a command that is to be
+    interrupted inside its first, real compilation."""
+    return {key: value for key, value in os.environ.items()
+            if key != _CACHE_VAR}
+
+
+@pytest.fixture
+def cold_env() -> dict[str, str]:
+    """:func:`cold_compile_env`."""
+    return cold_compile_env()
 
 
 class TerminalRun(NamedTuple):
@@ -54,7 +119,8 @@ def run_in_terminal(args: Sequence[str], *, cwd: Path, timeout: float = 600,
     """
     main_fd, child_fd = pty.openpty()
     fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = {key: value for key, value in os.environ.items()
+    env = {key: value for key, value in
+           (cold_compile_env() if interrupt_when else os.environ).items()
            if not key.startswith(("PYTEST_", "COLUMNS", "LINES"))}
     env.update(TERM="xterm", JAX_PLATFORMS=env.get("JAX_PLATFORMS", "cpu"))
     proc = subprocess.Popen([*hyperx_command(), *args], stdin=child_fd, stdout=child_fd,

@@ -3,7 +3,6 @@ line. ``hyperx llm`` interrupted in its warm-up's compilation used to print its 
 die with SIGSEGV (exit 139) while the interpreter was finalized under XLA's compiling threads;
 ``hyperx.commands.console`` now ends the process at once after the line."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -26,12 +25,12 @@ COMMANDS = {  # command line, and the line it prints just before its first compi
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_ctrl_c_in_the_first_compile_exits_130_with_one_line(name, tmp_path):
+def test_ctrl_c_in_the_first_compile_exits_130_with_one_line(name, tmp_path, cold_env):
     argv, marker = COMMANDS[name]
     proc = subprocess.Popen([sys.executable, "-m", "hyperx", *argv, "--out",
                              str(tmp_path / "run")], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**cold_env, "PYTHONUNBUFFERED": "1"})
     seen = []
     for line in proc.stdout:
         seen.append(line)

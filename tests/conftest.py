@@ -40,12 +40,17 @@ def _share_compiled_programs() -> str | None:
     compiling it again. The main process makes a fresh folder (so a run starts cold, as in CI),
     its workers inherit it through the environment, and it is removed when the run ends; a
     command interrupted inside its first compilation runs without it (:func:`cold_compile_env`).
+    Readers and writers hold JAX's file lock (``filelock``; without it, no cache).
     ``HYPERX_TEST_COMPILE_CACHE=0`` turns it off. Returns the folder this process made."""
     if os.environ.get("HYPERX_TEST_COMPILE_CACHE", "1") == "0":
         return None
+    import importlib.util
     import tempfile
 
     import jax
+
+    if importlib.util.find_spec("filelock") is None:  # no lock: a read could see a torn write
+        return None
 
     made = None
     if "PYTEST_XDIST_WORKER" not in os.environ and _CACHE_VAR not in os.environ:
@@ -53,9 +58,13 @@ def _share_compiled_programs() -> str | None:
         os.environ[_CACHE_VAR] = made
     elif _CACHE_VAR not in os.environ:
         return None
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.2"
+    options = {"jax_persistent_cache_min_compile_time_secs": 0.2,
+               # a size limit makes JAX lock the folder around every read and write
+               "jax_compilation_cache_max_size": 8 * 2**30}
+    for name, value in options.items():
+        os.environ[name.upper()] = str(value)
+        jax.config.update(name, value)
     jax.config.update("jax_compilation_cache_dir", os.environ[_CACHE_VAR])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
     return made
 
 

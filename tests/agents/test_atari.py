@@ -316,6 +316,7 @@ MULTI = dict(steps=128, seeds=4, envs_per_seed=2, eval_every=64, eval_episodes=1
              eval_max_steps=40)
 
 
+@pytest.mark.slow
 def test_several_games_train_in_one_program_on_the_full_action_set():
     """Two games, two agents each, in one program: every row names its seed's game, the agents
     act on the ALE's 18 actions (Breakout's own set has 4) and the best re-evaluation runs on

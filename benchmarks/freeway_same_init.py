@@ -321,21 +321,33 @@ def _scores(record: dict) -> list[tuple[int, float]]:
     return [(e["step"], e.get("score", e.get("clipped_return"))) for e in record["episodes"]]
 
 
-def _paired_tests(a: list[bool], b: list[bool], name_a: str, name_b: str) -> dict:
-    """On paired seeds (``a[i]``, ``b[i]``: seed i scored): the 2x2 table (``name_a`` rows,
-    ``name_b`` columns; first row/column: scored), the exact McNemar p on the discordant
-    seeds and Fisher's exact p on the two rates."""
+def _paired_tests(a: list[int | None], b: list[int | None], name_a: str, name_b: str) -> dict:
+    """On paired seeds (``a[i]``, ``b[i]``: seed i's first-reward step, None if it never
+    scored): the 2x2 table of scoring (``name_a`` rows, ``name_b`` columns; first row/column:
+    scored), the exact McNemar p on the seeds where one scores and the other does not,
+    Fisher's exact p on the two rates, and the sign test on which code scored FIRST (a run
+    that never scores counts as later than any that does; a seed where neither scores, or
+    both at the same step, decides nothing): it uses the seeds where both score as well."""
     from scipy import stats
 
-    pairs = list(zip(a, b, strict=True))
+    never = float("inf")
+    steps = [(never if x is None else x, never if y is None else y)
+             for x, y in zip(a, b, strict=True)]
+    pairs = [(x < never, y < never) for x, y in steps]
     table = [[pairs.count((True, True)), pairs.count((True, False))],
              [pairs.count((False, True)), pairs.count((False, False))]]
     discordant = table[0][1] + table[1][0]
+    a_first, b_first = sum(x < y for x, y in steps), sum(y < x for x, y in steps)
+    scored_a, scored_b = [x for x, _ in pairs], [y for _, y in pairs]
     return {f"paired_table_{name_a}_rows_{name_b}_columns": table,
             "mcnemar_exact_p": float(stats.binomtest(table[0][1], discordant).pvalue)
             if discordant else 1.0,
             "fisher_exact_p": float(stats.fisher_exact(
-                [[sum(a), len(a) - sum(a)], [sum(b), len(b) - sum(b)]]).pvalue)}
+                [[sum(scored_a), len(a) - sum(scored_a)],
+                 [sum(scored_b), len(b) - sum(scored_b)]]).pvalue),
+            f"seeds_{name_a}_scored_first": a_first, f"seeds_{name_b}_scored_first": b_first,
+            "first_reward_sign_test_p": float(stats.binomtest(a_first, a_first + b_first).pvalue)
+            if a_first + b_first else 1.0}
 
 
 def _rate(scored: list[bool]) -> dict:
@@ -362,22 +374,24 @@ def _variants(out_dir: str, records: dict[int, dict[str, dict]]) -> dict:
     out = {}
     for name, runs in sorted(found.items()):
         seeds = sorted(runs)
-        scored = [runs[s]["first_reward_step"] is not None for s in seeds]
+        firsts = [runs[s]["first_reward_step"] for s in seeds]
+        scored = [step is not None for step in firsts]
         out[name] = dict(changes=runs[seeds[0]]["changes"],
                          backend=runs[seeds[0]].get("backend", "envpool"),
                          paired_seeds=seeds, **_rate(scored),
                          first_reward_step={str(s): runs[s]["first_reward_step"] for s in seeds})
         for code in CODES:
-            other = [records[s][code]["first_reward_step"] is not None for s in seeds]
-            out[name][f"against_{code}"] = _paired_tests(scored, other, "variant", code)
+            other = [records[s][code]["first_reward_step"] for s in seeds]
+            out[name][f"against_{code}"] = _paired_tests(firsts, other, "variant", code)
     return out
 
 
 def summarise(out_dir: str, path: str) -> dict:
     """Both codes' rates over the seeds that finished with both: a seed *scores* when its
     first non-zero training reward comes within the run; the rates with Clopper-Pearson 95%
-    intervals, Fisher's exact test of equal rates, and the exact McNemar test on the seeds
-    where the codes disagree (the same weights make the seeds pairs); each changed
+    intervals, Fisher's exact test of equal rates, the exact McNemar test on the seeds
+    where the codes disagree (the same weights make the seeds pairs) and the sign test on
+    which code scored first (:func:`_paired_tests`); each changed
     configuration of ours likewise (:func:`_variants`). Writes ``path`` (JSON) and the figure
     beside it (``.png``)."""
     records: dict[int, dict[str, dict]] = {}
@@ -401,12 +415,11 @@ def summarise(out_dir: str, path: str) -> dict:
     out = dict(game=GAME, steps=steps.pop(), seeds=seeds, per_seed={}, codes={},
                command=f"python benchmarks/freeway_same_init.py --seeds {' '.join(map(str, seeds))}"
                        " --steps 20000 --every 1000 --out-dir OUT, then --summarise OUT")
-    scored = {}
     for code in CODES:
-        scored[code] = [records[s][code]["first_reward_step"] is not None for s in seeds]
+        scored = [records[s][code]["first_reward_step"] is not None for s in seeds]
         finals = [max([v for _, v in _scores(records[s][code])[-2:]], default=0.0)
                   for s in seeds]
-        out["codes"][code] = dict(**_rate(scored[code]),
+        out["codes"][code] = dict(**_rate(scored),
                                   mean_best_of_last_two_games=float(np.mean(finals)),
                                   versions={key: records[seeds[0]][code].get(key)
                                             for key in ("jax", "torch", "gym")
@@ -419,7 +432,8 @@ def summarise(out_dir: str, path: str) -> dict:
                           up_share=[r["up_share"] for r in records[s][code]["rows"]],
                           q_std_up=[r["q_std"][UP] for r in records[s][code]["rows"]])
                for code in CODES}}
-    out["tests"] = _paired_tests(scored["ours"], scored["reference"], "ours", "reference")
+    out["tests"] = _paired_tests(*([records[s][code]["first_reward_step"] for s in seeds]
+                                   for code in ("ours", "reference")), "ours", "reference")
     out["variants"] = _variants(out_dir, records)
     _write(path, out)
     _plot(records, seeds, os.path.splitext(path)[0] + ".png")

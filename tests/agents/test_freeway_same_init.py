@@ -82,9 +82,30 @@ def test_summarise_by_hand(tmp_path):
     assert out["tests"]["paired_table_ours_rows_reference_columns"] == [[1, 0], [2, 0]]
     assert out["tests"]["mcnemar_exact_p"] == pytest.approx(0.5)
     assert out["tests"]["fisher_exact_p"] == pytest.approx(0.4)
+    assert (out["tests"]["seeds_ours_scored_first"],
+            out["tests"]["seeds_reference_scored_first"]) == (1, 2)
     assert out["codes"]["reference"]["mean_best_of_last_two_games"] == pytest.approx(2.0)
     assert out["per_seed"]["1"]["ours"]["q_std_up"] == pytest.approx([0.2, 0.2 / 1001, 0.2 / 2001])
     assert (tmp_path / "summary.json").exists() and (tmp_path / "summary.png").stat().st_size
+
+
+def test_paired_tests_by_hand():
+    """Seven seeds. Scoring: both on 4, only b on 2, neither on 1: table [[4, 0], [2, 1]],
+    McNemar p = P(Bin(2, 1/2) in {0, 2}) = 0.5; Fisher on [[4, 3], [6, 1]]: hypergeometric
+    weights C(10, k) C(4, 7 - k) = 120, 840, 1512, 840, 120 for k = 3..7 of C(14, 7) = 3432,
+    p = (120 + 840 + 840 + 120) / 3432. Who scored first: b on the five seeds where a scored
+    later or never, a on one, none on the seed where neither scored; sign test
+    p = 2 P(Bin(6, 1/2) <= 1) = 2 * 7 / 64."""
+    a = [None, None, 5000, 6000, 7000, 100, None]
+    b = [3000, 3100, 3200, 3300, 3400, 3500, None]
+    out = freeway_same_init._paired_tests(a, b, "a", "b")
+    assert out["paired_table_a_rows_b_columns"] == [[4, 0], [2, 1]]
+    assert out["mcnemar_exact_p"] == pytest.approx(0.5)
+    assert out["fisher_exact_p"] == pytest.approx(1920 / 3432)
+    assert (out["seeds_a_scored_first"], out["seeds_b_scored_first"]) == (1, 5)
+    assert out["first_reward_sign_test_p"] == pytest.approx(14 / 64)
+    nothing = freeway_same_init._paired_tests([None, 7], [None, 7], "a", "b")
+    assert (nothing["seeds_a_scored_first"], nothing["first_reward_sign_test_p"]) == (0, 1.0)
 
 
 def test_summarise_refuses_a_folder_with_no_finished_pair(tmp_path):

@@ -42,9 +42,11 @@ the other, never at once (this machine's two cores).
 
 ``--set KEY=VALUE`` (with ``--codes ours``, repeatable): ours with one configuration change,
 one of :data:`VARIABLE` (the prior's scale or spread, the learned part's scale, the index
-redraw rate, the index dimension), into ``progress_ours-KEY=VALUE.json`` beside the published
-configuration's runs, measured the same way (an ``index_dim`` change draws other weights and
-probe indices of that dimension). ``--backend ale`` (with ``--codes ours``): ours on ale-py's
+redraw rate, the index dimension, or the regulariser's ``beta``: ``beta=1.3020833e-05``, 0.01
+over Freeway's 256 x 3 generated weights, turns our sum over them into the authors' mean),
+into ``progress_ours-KEY=VALUE.json`` beside the published configuration's runs, measured
+the same way (an ``index_dim`` change draws other weights and probe indices of that
+dimension). ``--backend ale`` (with ``--codes ours``): ours on ale-py's
 vector env instead of envpool (:mod:`hyperx.envs.atari` runs both), into
 ``progress_ours-backend=ale.json``: the emulator front end set apart from the agent.
 
@@ -109,10 +111,12 @@ def make_probe(path: str) -> dict[str, np.ndarray]:
         return {k: np.array(f[k]) for k in f.files}
 
 
-#: The configuration fields ``--set`` may change, the ones the HyperAgent paper's analysis
-#: ties to exploration: the prior's scale and spread, the learned part's scale, the index
-#: redraw rate and the index dimension.
-VARIABLE = ("prior_scale", "prior_std", "posterior_scale", "redraw_prob", "index_dim")
+#: The configuration fields ``--set`` may change: the ones the HyperAgent paper's analysis
+#: ties to exploration (the prior's scale and spread, the learned part's scale, the index
+#: redraw rate and the index dimension) and the hypermodel regulariser's ``beta``, the one
+#: term of the loss where ours and the authors' differ (a sum over the generated weights
+#: against their mean; docs/atari.md's parity table).
+VARIABLE = ("prior_scale", "prior_std", "posterior_scale", "redraw_prob", "index_dim", "beta")
 
 
 def variant_name(changes: tuple[tuple[str, float], ...], backend: str = "envpool") -> str:

@@ -450,7 +450,7 @@ def _plot(records: dict, seeds: list[int], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
     colours = {"ours": "tab:blue", "reference": "tab:orange"}
     for code in CODES:
         for i, s in enumerate(seeds):
@@ -461,9 +461,17 @@ def _plot(records: dict, seeds: list[int], path: str) -> None:
             axes[1].plot([r["step"] for r in rows], [r["q_std"][UP] for r in rows], **kw)
             games = _scores(records[s][code])
             axes[2].plot([g for g, _ in games], [v for _, v in games], marker=".", **kw)
+        steps = records[seeds[0]][code]["steps"]
+        firsts = sorted(records[s][code]["first_reward_step"] for s in seeds
+                        if records[s][code]["first_reward_step"] is not None)
+        axes[3].step([0, *firsts, steps], [0, *range(1, len(firsts) + 1), len(firsts)],
+                     where="post", color=colours[code], label=code)
+    axes[3].set_ylim(-0.2, len(seeds) + 0.2)
     for ax, title in zip(axes, ("share of UP in the last 1000 training actions",
                                 "std over 64 indices of Q(s, UP, z), mean of 8 probe frames",
-                                "training game score"), strict=True):
+                                "training game score",
+                                f"seeds with a reward by this step (of {len(seeds)})"),
+                         strict=True):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("agent step")
         ax.legend(fontsize=8)

@@ -76,6 +76,7 @@ import hyperagent_ref_env  # noqa: E402
 GAME = "Freeway"
 ACTIONS = 3  # NOOP, UP, DOWN (ALE's minimal set)
 UP = 1
+RANDOM_STEPS = 2000  # both codes act uniformly at random before this agent step
 PROBE_INDICES, SCAN_INDICES, PROBE_FRAMES = 64, 256, 8
 CODES = ("reference", "ours")
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hyperagent_ref_peer.py")
@@ -362,6 +363,42 @@ def _rate(scored: list[bool]) -> dict:
     return dict(seeds_scoring=k, seeds=n, rate=k / n, rate_ci95=[ci.low, ci.high])
 
 
+def _first_learning_window(records: dict[int, dict[str, dict]], seeds: list[int]) -> dict:
+    """The first measurement after the random start (the ``--every`` steps from step 2000,
+    the first greedy ones): per seed and code, the share of UP among those training actions,
+    the probe's UP advantage (the mean over probe frames and indices of ``Q(s, UP, z)`` less
+    the mean of the other actions') and whether the code had scored by then; over the seeds
+    where neither had, the sign tests of the reference above ours in each. Exploratory: the
+    window was chosen after the runs were read, so a small p here is a lead, not a finding."""
+    from scipy import stats
+
+    per_seed, unscored = {}, []
+    for s in seeds:
+        rows = {c: [r for r in records[s][c]["rows"] if r["step"] > RANDOM_STEPS] for c in CODES}
+        if not all(rows.values()) or rows["ours"][0]["step"] != rows["reference"][0]["step"]:
+            continue
+        step = rows["ours"][0]["step"]
+        entry = {"step": step}
+        for code in CODES:
+            q = np.asarray(rows[code][0]["q_mean"])
+            first = records[s][code]["first_reward_step"]
+            entry[code] = dict(up_share=rows[code][0]["up_share"],
+                               up_advantage=float(q[UP] - np.delete(q, UP).mean()),
+                               scored_by_then=first is not None and first <= step)
+        per_seed[str(s)] = entry
+        if not (entry["ours"]["scored_by_then"] or entry["reference"]["scored_by_then"]):
+            unscored.append(s)
+    out: dict = dict(per_seed=per_seed, seeds_neither_scored=unscored)
+    for key in ("up_share", "up_advantage"):
+        pairs = [(per_seed[str(s)]["reference"][key], per_seed[str(s)]["ours"][key])
+                 for s in unscored]
+        above, below = sum(r > o for r, o in pairs), sum(r < o for r, o in pairs)
+        out[f"{key}_reference_above_ours"] = [above, above + below]
+        out[f"{key}_sign_test_p"] = (float(stats.binomtest(above, above + below).pvalue)
+                                     if above + below else 1.0)
+    return out
+
+
 def _variants(out_dir: str, records: dict[int, dict[str, dict]]) -> dict:
     """Each changed configuration of ours (``progress_ours-*.json``, ``--set``) over the
     paired seeds it finished: its rate, and its paired tests against the published
@@ -395,7 +432,8 @@ def summarise(out_dir: str, path: str) -> dict:
     first non-zero training reward comes within the run; the rates with Clopper-Pearson 95%
     intervals, Fisher's exact test of equal rates, the exact McNemar test on the seeds
     where the codes disagree (the same weights make the seeds pairs) and the sign test on
-    which code scored first (:func:`_paired_tests`); each changed
+    which code scored first (:func:`_paired_tests`); the first greedy steps
+    (:func:`_first_learning_window`); each changed
     configuration of ours likewise (:func:`_variants`). Writes ``path`` (JSON) and the figure
     beside it (``.png``)."""
     records: dict[int, dict[str, dict]] = {}
@@ -438,6 +476,7 @@ def summarise(out_dir: str, path: str) -> dict:
                for code in CODES}}
     out["tests"] = _paired_tests(*([records[s][code]["first_reward_step"] for s in seeds]
                                    for code in ("ours", "reference")), "ours", "reference")
+    out["first_learning_window"] = _first_learning_window(records, seeds)
     out["variants"] = _variants(out_dir, records)
     _write(path, out)
     _plot(records, seeds, os.path.splitext(path)[0] + ".png")

@@ -108,6 +108,35 @@ def test_paired_tests_by_hand():
     assert (nothing["seeds_a_scored_first"], nothing["first_reward_sign_test_p"]) == (0, 1.0)
 
 
+def test_first_learning_window_by_hand():
+    """Four seeds measured at step 3000, the first after the 2000 random steps. Seed 3: ours
+    scored at 2500, so it is left out of the tests; on seeds 0, 1, 2 nobody had. UP share
+    (reference, ours): (0.3, 0.1), (0.2, 0.1), (0.1, 0.4): reference above on 2 of 3, sign
+    test p = 1. UP advantage with Q means (NOOP, UP, DOWN): reference (1, 2, 3) gives
+    2 - 2 = 0 on every seed; ours (1, 0, 3) gives -2 on seeds 0 and 1 and (1, 5, 3) gives +3
+    on seed 2: reference above on 2 of 3. Seed 4 has no row after step 2000: left out."""
+    def record(first, rows):
+        return dict(first_reward_step=first, rows=[
+            dict(step=2000, up_share=0.33, q_mean=[0.0, 0.0, 0.0]),
+            *(dict(step=3000, up_share=u, q_mean=q) for u, q in rows)])
+
+    ref, low, high = [1.0, 2.0, 3.0], [1.0, 0.0, 3.0], [1.0, 5.0, 3.0]
+    records = {0: dict(reference=record(None, [(0.3, ref)]), ours=record(None, [(0.1, low)])),
+               1: dict(reference=record(4000, [(0.2, ref)]), ours=record(None, [(0.1, low)])),
+               2: dict(reference=record(None, [(0.1, ref)]), ours=record(9000, [(0.4, high)])),
+               3: dict(reference=record(None, [(0.9, ref)]), ours=record(2500, [(0.1, low)])),
+               4: dict(reference=record(None, []), ours=record(None, []))}
+    out = freeway_same_init._first_learning_window(records, [0, 1, 2, 3, 4])
+    assert sorted(out["per_seed"]) == ["0", "1", "2", "3"]
+    assert out["seeds_neither_scored"] == [0, 1, 2]
+    assert out["per_seed"]["3"]["ours"]["scored_by_then"]
+    assert out["per_seed"]["0"]["ours"]["up_advantage"] == pytest.approx(-2.0)
+    assert out["per_seed"]["2"]["ours"]["up_advantage"] == pytest.approx(3.0)
+    assert out["up_share_reference_above_ours"] == [2, 3]
+    assert out["up_advantage_reference_above_ours"] == [2, 3]
+    assert out["up_share_sign_test_p"] == pytest.approx(1.0)
+
+
 def test_summarise_refuses_a_folder_with_no_finished_pair(tmp_path):
     with pytest.raises(SystemExit, match="no seed"):
         freeway_same_init.summarise(str(tmp_path), str(tmp_path / "summary.json"))

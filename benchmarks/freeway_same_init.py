@@ -51,7 +51,8 @@ vector env instead of envpool (:mod:`hyperx.envs.atari` runs both), into
 ``progress_ours-backend=ale.json``: the emulator front end set apart from the agent.
 
 ``--summarise OUT_DIR``: the rates, intervals and tests over the seeds finished by both codes,
-into ``benchmarks/results/freeway_same_init.json|png`` (:func:`summarise`).
+into ``benchmarks/results/freeway_same_init.json|png`` (:func:`summarise`; ``--summary PATH``
+for another file).
 
 Usage: ``nice python benchmarks/freeway_same_init.py --seeds 0 2 3 7 --steps 20000 --every 1000
 --out-dir benchmarks/results/freeway_same_init`` (``--codes ours`` or ``reference`` for one).
@@ -454,9 +455,11 @@ def summarise(out_dir: str, path: str) -> dict:
     steps = {records[s][c]["steps"] for s in seeds for c in CODES}
     if len(steps) != 1:
         raise SystemExit(f"the finished runs have different lengths: {sorted(steps)}")
-    out = dict(game=GAME, steps=steps.pop(), seeds=seeds, per_seed={}, codes={},
+    length = steps.pop()
+    out = dict(game=GAME, steps=length, seeds=seeds, per_seed={}, codes={},
                command=f"python benchmarks/freeway_same_init.py --seeds {' '.join(map(str, seeds))}"
-                       " --steps 20000 --every 1000 --out-dir OUT, then --summarise OUT")
+                       f" --steps {length} --every 1000 --out-dir OUT, then "
+                       "--summarise OUT")
     for code in CODES:
         scored = [records[s][code]["first_reward_step"] is not None for s in seeds]
         finals = [max([v for _, v in _scores(records[s][code])[-2:]], default=0.0)
@@ -545,12 +548,15 @@ def main() -> None:
                              "took 2.6 s per learning step against 0.085 s with 1)")
     parser.add_argument("--out-dir", default="benchmarks/results/freeway_same_init")
     parser.add_argument("--summarise", metavar="OUT_DIR",
-                        help="write benchmarks/results/freeway_same_init.json|png from the "
-                             "seeds of OUT_DIR finished by both codes, and stop")
+                        help="write --summary (JSON, and the figure beside it) from the seeds "
+                             "of OUT_DIR finished by both codes, and stop")
+    parser.add_argument("--summary", default=os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "results", "freeway_same_init.json"),
+                        help="with --summarise: the JSON file to write (default "
+                             "benchmarks/results/freeway_same_init.json)")
     args = parser.parse_args()
     if args.summarise:
-        result = summarise(args.summarise, os.path.join(
-            os.path.dirname(os.path.abspath(__file__)), "results", "freeway_same_init.json"))
+        result = summarise(args.summarise, args.summary)
         print(json.dumps({k: result[k] for k in ("seeds", "codes", "tests")}, indent=1))
         return
     if args.steps < 1 or args.every < 1 or args.steps % args.every:

@@ -50,6 +50,13 @@ dimension). ``--backend ale`` (with ``--codes ours``): ours on ale-py's
 vector env instead of envpool (:mod:`hyperx.envs.atari` runs both), into
 ``progress_ours-backend=ale.json``: the emulator front end set apart from the agent.
 
+``--streams S [S ...]``: each seed's weights with other random streams: a run keeps seed N's
+initial weights (and, in ours, the Adam state and target they give) but takes everything drawn
+after them from stream S (ours: the agent's key chain and the emulators of a run with base
+seed S; theirs: ``--seed S``, their torch, NumPy and gym generators), into
+``progress_{ours,reference}-stream=S.json``; the runs go stream by stream, each stream over
+every seed. Whether a seed's failure belongs to its weights or to its draws.
+
 ``--summarise OUT_DIR``: the rates, intervals and tests over the seeds finished by both codes,
 into ``benchmarks/results/freeway_same_init.json|png`` (:func:`summarise`; ``--summary PATH``
 for another file).
@@ -229,19 +236,55 @@ def _row(step: int, wall: float, params: dict, prior: dict, probe: dict,
                 else float(np.mean(window == UP)))
 
 
+def run_name(code: str, stream: int | None) -> str:
+    """``code`` for a run on the seed's own streams, else ``code-stream=S``."""
+    return code if stream is None else f"{code}-stream={stream}"
+
+
+def _weights_of(params: dict, prior: dict):
+    """A stand-in for :func:`hyperx.agents.atari.initial_carry` that builds the carry of its
+    own base seed (the key chain, the first acting index, the replay) and then puts ``params``
+    (online and target, and the best-so-far copy) and ``prior`` into its one seed: Adam's
+    state starts at zero whatever the weights."""
+    import jax
+    import jax.numpy as jnp
+
+    from hyperx.agents import atari
+
+    original = atari.initial_carry
+
+    def initial_carry(program, first_obs, seed, num_evals):
+        carry = original(program, first_obs, seed, num_evals)
+        if program.num_seeds != 1:
+            raise ValueError(f"one seed's weights: expected a one-seed run, got "
+                             f"{program.num_seeds} seeds")
+        lead = functools.partial(jax.tree.map, lambda x: jnp.asarray(x)[None])
+        agent = carry.seeds.agent._replace(params=lead(params), target_params=lead(params),
+                                           prior=lead(prior))
+        return carry._replace(seeds=carry.seeds._replace(agent=agent),
+                              evals=carry.evals._replace(best_params=lead(params)))
+
+    return initial_carry
+
+
 def run_ours(seed: int, steps: int, every: int, path: str, probe: dict,
-             changes: tuple[tuple[str, float], ...] = (), backend: str = "envpool") -> dict:
+             changes: tuple[tuple[str, float], ...] = (), backend: str = "envpool",
+             stream: int | None = None) -> dict:
     """Our trainer on Freeway from our init for ``seed``, measured every ``every`` steps, with
-    the configuration's ``changes`` (none: the published one), on the emulator ``backend``."""
+    the configuration's ``changes`` (none: the published one), on the emulator ``backend``,
+    drawing from the random streams of base seed ``stream`` (None: ``seed``'s own)."""
+    from unittest import mock
+
     import jax
 
-    from hyperx.agents.atari import train_atari
+    from hyperx.agents import atari
     from hyperx.loop import Chunk
 
     config, _ = _network(changes)
     start = time.perf_counter()
-    record = dict(code=variant_name(changes, backend), seed=seed, game=GAME, steps=steps,
-                  every=every, changes=dict(changes), backend=backend, jax=jax.__version__,
+    record = dict(code=run_name(variant_name(changes, backend), stream), seed=seed, game=GAME,
+                  steps=steps, every=every, changes=dict(changes), backend=backend,
+                  stream=seed if stream is None else stream, jax=jax.__version__,
                   rows=[], episodes=[], first_reward_step=None, done=False)
     params, prior = our_init(seed, changes)
     record["rows"].append(_row(0, 0.0, params, prior, probe, None, changes))
@@ -271,23 +314,29 @@ def run_ours(seed: int, steps: int, every: int, path: str, probe: dict,
         record["rows"][-1]["steps_per_s"] = chunk.metrics["steps_per_s"]
         _write(path, record)
 
-    train_atari(config, GAME, steps=steps, seeds=1, seed=seed, eval_episodes=0, backend=backend,
-                eval_every=steps, chunk_steps=every, on_chunk=on_chunk)
+    with mock.patch.object(atari, "initial_carry", _weights_of(params, prior)):
+        atari.train_atari(config, GAME, steps=steps, seeds=1,
+                          seed=seed if stream is None else stream, eval_episodes=0,
+                          backend=backend, eval_every=steps, chunk_steps=every,
+                          on_chunk=on_chunk)
     record["done"], record["wall_s"] = True, time.perf_counter() - start
     _write(path, record)
     return record
 
 
 def run_reference(seed: int, steps: int, every: int, path: str, probe_path: str,
-                  threads: int) -> dict:
-    """The authors' run_atari.py on Freeway from our init for ``seed`` (their venv)."""
+                  threads: int, stream: int | None = None) -> dict:
+    """The authors' run_atari.py on Freeway from our init for ``seed`` (their venv), with
+    ``--seed stream`` (None: ``seed``)."""
     python, checkout = hyperagent_ref_env.ensure()
     folder = os.path.dirname(path)
     state = os.path.join(folder, "init_reference_state.npz")
     hyperagent_ref_env.save_state(state, *our_init(seed))
-    with open(os.path.join(folder, "reference_stdout.log"), "w") as log:
+    log_name = f"{run_name('reference', stream)}_stdout.log"
+    with open(os.path.join(folder, log_name), "w") as log:
         subprocess.run([python, PEER, "train", "--checkout", checkout, "--state", state,
-                        "--probe", probe_path, "--out", path, "--seed", str(seed),
+                        "--probe", probe_path, "--out", path,
+                        "--seed", str(seed if stream is None else stream),
                         "--steps", str(steps), "--every", str(every), "--game", GAME,
                         "--threads", str(threads)],
                        check=True, env=hyperagent_ref_env.environ(), stdout=log,
@@ -295,6 +344,8 @@ def run_reference(seed: int, steps: int, every: int, path: str, probe_path: str,
     with open(path) as f:
         record = json.load(f)
     record["versions"] = hyperagent_ref_env.versions(python)
+    record["code"], record["seed"] = run_name("reference", stream), seed
+    record["stream"] = seed if stream is None else stream
     _write(path, record)
     return record
 
@@ -409,8 +460,8 @@ def _variants(out_dir: str, records: dict[int, dict[str, dict]]) -> dict:
         folder = os.path.join(out_dir, f"seed{seed}")
         for file in sorted(os.listdir(folder)):
             name = file[len("progress_"):-len(".json")]
-            if name.startswith("ours-") and file.endswith(".json") and _done(
-                    os.path.join(folder, file)):
+            if (name.startswith("ours-") and "stream=" not in name and file.endswith(".json")
+                    and _done(os.path.join(folder, file))):
                 with open(os.path.join(folder, file)) as f:
                     found.setdefault(name, {})[seed] = json.load(f)
     out = {}
@@ -428,6 +479,55 @@ def _variants(out_dir: str, records: dict[int, dict[str, dict]]) -> dict:
     return out
 
 
+def _streams(out_dir: str) -> dict:
+    """The runs of ``--streams`` (``progress_{ours,reference}-stream=S.json``): per seed, the
+    streams both codes finished, each code's first-reward steps and rate over them, and
+    Fisher's exact test of equal rates; then the same pooled over every (seed, stream) run
+    (the design gives both codes the same streams of the same seeds). A stream is not a pair
+    across the codes (their generators differ), so there is no paired test."""
+    per_seed, pooled = {}, {code: [] for code in CODES}
+    for folder in sorted(os.listdir(out_dir), key=lambda f: (len(f), f)):
+        if not folder.startswith("seed") or not os.path.isdir(os.path.join(out_dir, folder)):
+            continue
+        runs: dict[str, dict[int, int | None]] = {code: {} for code in CODES}
+        steps: dict[str, dict[int, int]] = {code: {} for code in CODES}
+        for file in os.listdir(os.path.join(out_dir, folder)):
+            code, sep, stream = file[len("progress_"):-len(".json")].partition("-stream=")
+            path = os.path.join(out_dir, folder, file)
+            if sep and code in CODES and file.startswith("progress_") and _done(path):
+                with open(path) as f:
+                    record = json.load(f)
+                runs[code][int(stream)] = record["first_reward_step"]
+                steps[code][int(stream)] = record["steps"]
+        streams = sorted(set(runs["ours"]) & set(runs["reference"]))
+        if not streams:
+            continue
+        entry: dict = dict(streams=streams, steps=sorted({
+            steps[code][s] for code in CODES for s in streams}))
+        for code in CODES:
+            firsts = [runs[code][s] for s in streams]
+            pooled[code].extend(firsts)
+            entry[code] = dict(first_reward_step=dict(zip(map(str, streams), firsts,
+                                                          strict=True)),
+                               **_rate([f is not None for f in firsts]))
+        entry["fisher_exact_p"] = _fisher(entry["ours"], entry["reference"])
+        per_seed[folder[4:]] = entry
+    if not per_seed:
+        return {}
+    rates = {code: _rate([f is not None for f in pooled[code]]) for code in CODES}
+    return dict(per_seed=per_seed, pooled=dict(**rates,
+                                               fisher_exact_p=_fisher(*rates.values())))
+
+
+def _fisher(a: dict, b: dict) -> float:
+    """Fisher's exact p (two-sided) on two :func:`_rate` results."""
+    from scipy import stats
+
+    return float(stats.fisher_exact(
+        [[a["seeds_scoring"], a["seeds"] - a["seeds_scoring"]],
+         [b["seeds_scoring"], b["seeds"] - b["seeds_scoring"]]]).pvalue)
+
+
 def summarise(out_dir: str, path: str) -> dict:
     """Both codes' rates over the seeds that finished with both: a seed *scores* when its
     first non-zero training reward comes within the run; the rates with Clopper-Pearson 95%
@@ -435,7 +535,8 @@ def summarise(out_dir: str, path: str) -> dict:
     where the codes disagree (the same weights make the seeds pairs) and the sign test on
     which code scored first (:func:`_paired_tests`); the first greedy steps
     (:func:`_first_learning_window`); each changed
-    configuration of ours likewise (:func:`_variants`). Writes ``path`` (JSON) and the figure
+    configuration of ours likewise (:func:`_variants`); the seeds' weights on other streams
+(:func:`_streams`). Writes ``path`` (JSON) and the figure
     beside it (``.png``)."""
     records: dict[int, dict[str, dict]] = {}
     for folder in sorted(os.listdir(out_dir)):
@@ -449,8 +550,13 @@ def summarise(out_dir: str, path: str) -> dict:
                     pair[code] = json.load(f)
         if len(pair) == len(CODES):
             records[int(folder[4:])] = pair
+    streams = _streams(out_dir)
     if not records:
-        raise SystemExit(f"no seed in {out_dir} has finished with both codes")
+        if not streams:
+            raise SystemExit(f"no seed in {out_dir} has finished with both codes")
+        out = dict(game=GAME, streams=streams)
+        _write(path, out)
+        return out
     seeds = sorted(records)
     steps = {records[s][c]["steps"] for s in seeds for c in CODES}
     if len(steps) != 1:
@@ -481,6 +587,7 @@ def summarise(out_dir: str, path: str) -> dict:
                                    for code in ("ours", "reference")), "ours", "reference")
     out["first_learning_window"] = _first_learning_window(records, seeds)
     out["variants"] = _variants(out_dir, records)
+    out["streams"] = streams
     _write(path, out)
     _plot(records, seeds, os.path.splitext(path)[0] + ".png")
     return out
@@ -538,6 +645,10 @@ def main() -> None:
     parser.add_argument("--backend", choices=("envpool", "ale"), default="envpool",
                         help="ours: the emulator front end (ale: ale-py's vector env, as "
                              "hyperx.envs.atari runs it), into progress_ours-backend=ale.json")
+    parser.add_argument("--streams", nargs="+", type=int, metavar="S",
+                        help="keep each seed's initial weights but draw from base seed S's "
+                             "random streams, into progress_CODE-stream=S.json (the runs go "
+                             "stream by stream over the seeds)")
     parser.add_argument("--find-averse", type=int, default=16, metavar="K",
                         help="with --seeds averse: scan seeds 0 .. K-1")
     parser.add_argument("--averse-share", type=float, default=0.05,
@@ -557,7 +668,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.summarise:
         result = summarise(args.summarise, args.summary)
-        print(json.dumps({k: result[k] for k in ("seeds", "codes", "tests")}, indent=1))
+        print(json.dumps({k: result[k] for k in ("seeds", "codes", "tests", "streams")
+                          if k in result}, indent=1))
         return
     if args.steps < 1 or args.every < 1 or args.steps % args.every:
         parser.error(f"expected --every to divide --steps (both positive), got --every "
@@ -593,29 +705,33 @@ def main() -> None:
             parser.error(f"--seeds: expected non-negative seeds, got {seeds}")
     elif args.find_averse < 1:
         parser.error(f"--find-averse: expected a positive count, got {args.find_averse}")
+    if args.streams is not None and min(args.streams) < 0:
+        parser.error(f"--streams: expected non-negative seeds, got {args.streams}")
     os.makedirs(args.out_dir, exist_ok=True)
     probe_path = os.path.join(args.out_dir, "probe.npz")
     probe = make_probe(probe_path)
     if averse:
         seeds = find_averse(args.find_averse, probe, args.averse_share, args.out_dir)
         print(f"UP-averse at init: {seeds}", flush=True)
-    for seed in seeds:
-        folder = os.path.join(args.out_dir, f"seed{seed}")
-        os.makedirs(folder, exist_ok=True)
-        for code in args.codes:
-            code = variant_name(changes, args.backend) if code == "ours" else code
-            path = os.path.join(folder, f"progress_{code}.json")
-            if _done(path):
-                print(f"seed {seed} {code}: done, skipping", flush=True)
-                continue
-            print(f"seed {seed} {code}: {args.steps} steps", flush=True)
-            if code != "reference":
-                record = run_ours(seed, args.steps, args.every, path, probe, changes,
-                                  args.backend)
-            else:
-                record = run_reference(seed, args.steps, args.every, path, probe_path,
-                                       args.threads)
-            print(f"seed {seed} {code}: {_summary(record)}", flush=True)
+    for stream in args.streams or [None]:
+        for seed in seeds:
+            folder = os.path.join(args.out_dir, f"seed{seed}")
+            os.makedirs(folder, exist_ok=True)
+            for code in args.codes:
+                ours = code == "ours"
+                code = run_name(variant_name(changes, args.backend) if ours else code, stream)
+                path = os.path.join(folder, f"progress_{code}.json")
+                if _done(path):
+                    print(f"seed {seed} {code}: done, skipping", flush=True)
+                    continue
+                print(f"seed {seed} {code}: {args.steps} steps", flush=True)
+                if ours:
+                    record = run_ours(seed, args.steps, args.every, path, probe, changes,
+                                      args.backend, stream)
+                else:
+                    record = run_reference(seed, args.steps, args.every, path, probe_path,
+                                           args.threads, stream)
+                print(f"seed {seed} {code}: {_summary(record)}", flush=True)
 
 
 if __name__ == "__main__":

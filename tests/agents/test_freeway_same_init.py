@@ -29,6 +29,8 @@ import freeway_same_init  # noqa: E402
     (["--codes", "ours", "--set", "redraw_prob=2"], "--set: redraw_prob"),
     (["--backend", "ale"], "expected --codes ours"),
     (["--codes", "ours", "--backend", "gym"], "invalid choice"),
+    (["--seeds", "3", "--streams", "1001", "-2"], "--streams: expected non-negative"),
+    (["--seeds", "3", "--streams", "x"], "invalid int value"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, monkeypatch, capsys,
                                                         tmp_path):
@@ -193,3 +195,60 @@ def test_summarise_reports_each_changed_configuration_by_hand(tmp_path):
     assert variant["against_reference"]["paired_table_variant_rows_reference_columns"] == \
         [[1, 0], [1, 0]]
     assert out["tests"]["paired_table_ours_rows_reference_columns"] == [[1, 0], [2, 0]]
+
+
+def test_streams_are_summarised_by_hand(tmp_path):
+    """Seed 0's weights on streams 1001-1003 and seed 3's on 1001: ours never scores on
+    (0, 1001) nor (3, 1001), scores on (0, 1002); the reference scores on all; (0, 1003) has
+    only the reference's run and an unfinished one of ours, so it is left out. By hand: seed
+    0, ours 1/2 and the reference 2/2, Fisher on [[1, 1], [2, 0]]: every table with these
+    margins is at least as extreme, p = 1; pooled, ours 1/3 and the reference 3/3,
+    Fisher on [[1, 2], [3, 0]]: P(a) = C(4, a) C(2, 3 - a) / C(6, 3) = 0.2, 0.6, 0.2 for
+    a = 1, 2, 3, so p = 0.2 + 0.2 = 0.4. With no published pair in the folder the summary
+    holds the streams alone."""
+    import json
+
+    runs = {(0, 1001): (None, 3000), (0, 1002): (4000, 3500), (3, 1001): (None, 3200)}
+    for (seed, stream), firsts in runs.items():
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir(exist_ok=True)
+        for code, first in zip(("ours", "reference"), firsts, strict=True):
+            name = f"{code}-stream={stream}"
+            (folder / f"progress_{name}.json").write_text(
+                json.dumps(dict(_record(code, seed, first), code=name, stream=stream)))
+    (tmp_path / "seed0" / "progress_reference-stream=1003.json").write_text(
+        json.dumps(_record("reference", 0, 2500)))
+    (tmp_path / "seed0" / "progress_ours-stream=1003.json").write_text(
+        json.dumps(dict(_record("ours", 0, 2500), done=False)))
+    out = freeway_same_init.summarise(str(tmp_path), str(tmp_path / "summary.json"))
+    assert set(out) == {"game", "streams"}
+    seed0 = out["streams"]["per_seed"]["0"]
+    assert seed0["streams"] == [1001, 1002] and seed0["steps"] == [2000]
+    assert seed0["ours"]["first_reward_step"] == {"1001": None, "1002": 4000}
+    assert (seed0["ours"]["seeds_scoring"], seed0["reference"]["seeds_scoring"]) == (1, 2)
+    assert seed0["fisher_exact_p"] == pytest.approx(1.0)
+    assert out["streams"]["per_seed"]["3"]["streams"] == [1001]
+    pooled = out["streams"]["pooled"]
+    assert (pooled["ours"]["seeds_scoring"], pooled["ours"]["seeds"]) == (1, 3)
+    assert (pooled["reference"]["seeds_scoring"], pooled["reference"]["seeds"]) == (3, 3)
+    assert pooled["fisher_exact_p"] == pytest.approx(0.4)
+
+
+@pytest.mark.slow
+def test_a_run_on_another_stream_keeps_the_seeds_weights(tmp_path):
+    """Ours from seed 3's weights on seed 1001's streams: the probe's Q after 200 random steps
+    (no update before step 2000) is exactly seed 3's at init, not seed 1001's, and the run
+    says which stream it drew from."""
+    import numpy as np
+
+    probe = freeway_same_init.make_probe(str(tmp_path / "probe.npz"))
+    record = freeway_same_init.run_ours(3, 200, 100, str(tmp_path / "run.json"), probe,
+                                        stream=1001)
+    assert (record["code"], record["seed"], record["stream"]) == ("ours-stream=1001", 3, 1001)
+    init = freeway_same_init.q_values(*freeway_same_init.our_init(3), probe["frames"],
+                                      probe["indices"]).mean((0, 1))
+    other = freeway_same_init.q_values(*freeway_same_init.our_init(1001), probe["frames"],
+                                       probe["indices"]).mean((0, 1))
+    assert [r["step"] for r in record["rows"]] == [0, 100, 200]
+    np.testing.assert_array_equal(record["rows"][-1]["q_mean"], init)
+    assert np.abs(init - other).max() > 1e-3

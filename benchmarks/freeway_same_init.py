@@ -484,7 +484,8 @@ def _streams(out_dir: str) -> dict:
     streams both codes finished, each code's first-reward steps and rate over them, and
     Fisher's exact test of equal rates; then the same pooled over every (seed, stream) run
     (the design gives both codes the same streams of the same seeds). A stream is not a pair
-    across the codes (their generators differ), so there is no paired test."""
+    across the codes (their generators differ), so there is no paired test. The rates'
+    ``seeds`` and ``seeds_scoring`` count runs here."""
     per_seed, pooled = {}, {code: [] for code in CODES}
     for folder in sorted(os.listdir(out_dir), key=lambda f: (len(f), f)):
         if not folder.startswith("seed") or not os.path.isdir(os.path.join(out_dir, folder)):
@@ -534,10 +535,10 @@ def summarise(out_dir: str, path: str) -> dict:
     intervals, Fisher's exact test of equal rates, the exact McNemar test on the seeds
     where the codes disagree (the same weights make the seeds pairs) and the sign test on
     which code scored first (:func:`_paired_tests`); the first greedy steps
-    (:func:`_first_learning_window`); each changed
-    configuration of ours likewise (:func:`_variants`); the seeds' weights on other streams
-(:func:`_streams`). Writes ``path`` (JSON) and the figure
-    beside it (``.png``)."""
+    (:func:`_first_learning_window`); each changed configuration of ours likewise
+    (:func:`_variants`); the seeds' weights on other streams (:func:`_streams`). Writes
+    ``path`` (JSON) and the figure beside it (``.png``); a folder holding only stream runs
+    gets the streams' summary alone, and no figure."""
     records: dict[int, dict[str, dict]] = {}
     for folder in sorted(os.listdir(out_dir)):
         if not folder.startswith("seed"):

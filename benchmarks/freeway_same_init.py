@@ -57,6 +57,9 @@ seed S; theirs: ``--seed S``, their torch, NumPy and gym generators), into
 ``progress_{ours,reference}-stream=S.json``; the runs go stream by stream, each stream over
 every seed. Whether a seed's failure belongs to its weights or to its draws.
 
+``--pool SUMMARY ... --horizon H --summary PATH``: the runs of several summaries counted
+together, who scored by step H (:func:`pool`).
+
 ``--summarise OUT_DIR``: the rates, intervals and tests over the seeds finished by both codes,
 into ``benchmarks/results/freeway_same_init.json|png`` (:func:`summarise`; ``--summary PATH``
 for another file).
@@ -395,13 +398,10 @@ def _paired_tests(a: list[int | None], b: list[int | None], name_a: str, name_b:
              [pairs.count((False, True)), pairs.count((False, False))]]
     discordant = table[0][1] + table[1][0]
     a_first, b_first = sum(x < y for x, y in steps), sum(y < x for x, y in steps)
-    scored_a, scored_b = [x for x, _ in pairs], [y for _, y in pairs]
     return {f"paired_table_{name_a}_rows_{name_b}_columns": table,
             "mcnemar_exact_p": float(stats.binomtest(table[0][1], discordant).pvalue)
             if discordant else 1.0,
-            "fisher_exact_p": float(stats.fisher_exact(
-                [[sum(scored_a), len(a) - sum(scored_a)],
-                 [sum(scored_b), len(b) - sum(scored_b)]]).pvalue),
+            "fisher_exact_p": _fisher(_rate([x for x, _ in pairs]), _rate([y for _, y in pairs])),
             f"seeds_{name_a}_scored_first": a_first, f"seeds_{name_b}_scored_first": b_first,
             "first_reward_sign_test_p": float(stats.binomtest(a_first, a_first + b_first).pvalue)
             if a_first + b_first else 1.0}
@@ -527,6 +527,40 @@ def _fisher(a: dict, b: dict) -> float:
     return float(stats.fisher_exact(
         [[a["seeds_scoring"], a["seeds"] - a["seeds_scoring"]],
          [b["seeds_scoring"], b["seeds"] - b["seeds_scoring"]]]).pvalue)
+
+
+def pool(summaries: list[str], horizon: int, path: str) -> dict:
+    """Every run of the summaries (``--summarise`` outputs: the pairs' ``per_seed`` and the
+    ``streams``) counted together: per code, the runs that scored by agent step ``horizon``
+    (runs shorter than it are refused), the rate with its interval and Fisher's exact test;
+    per summary the same counts. A description across designs, not a test: runs from one
+    seed's weights are not independent. Writes ``path`` (JSON)."""
+    firsts: dict[str, dict[str, list]] = {}
+    for summary in summaries:
+        with open(summary) as f:
+            data = json.load(f)
+        length = min([data.get("steps", horizon), *(
+            step for entry in data.get("streams", {}).get("per_seed", {}).values()
+            for step in entry["steps"])])
+        if length < horizon:
+            raise SystemExit(f"--pool: {summary} holds runs of {length} steps, shorter than "
+                             f"--horizon {horizon}")
+        firsts[summary] = {code: [entry[code]["first_reward_step"]
+                                  for entry in data.get("per_seed", {}).values()]
+                           + [step for entry in data.get("streams", {}).get("per_seed", {})
+                              .values() for step in entry[code]["first_reward_step"].values()]
+                           for code in CODES}
+
+    def rates(runs: dict[str, list]) -> dict:
+        out = {code: _rate([f is not None and f <= horizon for f in runs[code]])
+               for code in CODES}
+        return dict(**out, fisher_exact_p=_fisher(out["ours"], out["reference"]))
+
+    out = dict(horizon=horizon, summaries={k: rates(v) for k, v in firsts.items()},
+               pooled=rates({code: [f for runs in firsts.values() for f in runs[code]]
+                             for code in CODES}))
+    _write(path, out)
+    return out
 
 
 def summarise(out_dir: str, path: str) -> dict:
@@ -662,13 +696,27 @@ def main() -> None:
     parser.add_argument("--summarise", metavar="OUT_DIR",
                         help="write --summary (JSON, and the figure beside it) from the seeds "
                              "of OUT_DIR finished by both codes, and stop")
-    parser.add_argument("--summary", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "results", "freeway_same_init.json"),
-                        help="with --summarise: the JSON file to write (default "
-                             "benchmarks/results/freeway_same_init.json)")
+    parser.add_argument("--pool", nargs="+", metavar="SUMMARY",
+                        help="count the runs of these --summarise outputs together (who "
+                             "scored by --horizon) into --summary, and stop")
+    parser.add_argument("--horizon", type=int, default=5000,
+                        help="with --pool: a run scores when its first reward comes by this "
+                             "agent step")
+    parser.add_argument("--summary",
+                        help="with --summarise or --pool: the JSON file to write (with "
+                             "--summarise, default benchmarks/results/freeway_same_init.json)")
     args = parser.parse_args()
+    if args.pool:
+        if args.summary is None:
+            parser.error("--pool: expected --summary PATH, the file to write")
+        if args.horizon < 1:
+            parser.error(f"--horizon: expected a positive step, got {args.horizon}")
+        result = pool(args.pool, args.horizon, args.summary)
+        print(json.dumps(result["pooled"], indent=1))
+        return
     if args.summarise:
-        result = summarise(args.summarise, args.summary)
+        result = summarise(args.summarise, args.summary or os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "results", "freeway_same_init.json"))
         print(json.dumps({k: result[k] for k in ("seeds", "codes", "tests", "streams")
                           if k in result}, indent=1))
         return

@@ -31,6 +31,8 @@ import freeway_same_init  # noqa: E402
     (["--codes", "ours", "--backend", "gym"], "invalid choice"),
     (["--seeds", "3", "--streams", "1001", "-2"], "--streams: expected non-negative"),
     (["--seeds", "3", "--streams", "x"], "invalid int value"),
+    (["--pool", "a.json"], "--pool: expected --summary PATH"),
+    (["--pool", "a.json", "--summary", "b.json", "--horizon", "0"], "--horizon: expected"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(argv, message, monkeypatch, capsys,
                                                         tmp_path):
@@ -252,3 +254,35 @@ def test_a_run_on_another_stream_keeps_the_seeds_weights(tmp_path):
     assert [r["step"] for r in record["rows"]] == [0, 100, 200]
     np.testing.assert_array_equal(record["rows"][-1]["q_mean"], init)
     assert np.abs(init - other).max() > 1e-3
+
+
+def test_pool_counts_runs_of_several_summaries_by_the_horizon_by_hand(tmp_path):
+    """A pairs summary of 6000-step runs (seed 0: ours first at 5500, the reference at 3000;
+    seed 1: ours never, the reference at 2000) and a streams summary (seed 0 on stream 1001:
+    ours at 2500, the reference never), pooled at horizon 5000: ours scored 1 of 3 (5500 is
+    after the horizon), the reference 2 of 3; Fisher on [[1, 2], [2, 1]]: P(a) = C(3, a)
+    C(3, 3 - a) / C(6, 3) = 1/20, 9/20, 9/20, 1/20, so p = 1. A summary of runs shorter than
+    the horizon is refused."""
+    import json
+
+    pairs = dict(steps=6000, per_seed={
+        "0": {"ours": {"first_reward_step": 5500}, "reference": {"first_reward_step": 3000}},
+        "1": {"ours": {"first_reward_step": None}, "reference": {"first_reward_step": 2000}}})
+    streams = dict(streams=dict(per_seed={"0": dict(
+        steps=[5000], ours={"first_reward_step": {"1001": 2500}},
+        reference={"first_reward_step": {"1001": None}})}))
+    files = []
+    for name, data in (("pairs", pairs), ("streams", streams)):
+        files.append(str(tmp_path / f"{name}.json"))
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    out = freeway_same_init.pool(files, 5000, str(tmp_path / "pooled.json"))
+    assert (out["pooled"]["ours"]["seeds_scoring"], out["pooled"]["ours"]["seeds"]) == (1, 3)
+    assert (out["pooled"]["reference"]["seeds_scoring"],
+            out["pooled"]["reference"]["seeds"]) == (2, 3)
+    assert out["pooled"]["fisher_exact_p"] == pytest.approx(1.0)
+    assert out["summaries"][files[0]]["ours"]["seeds_scoring"] == 0
+    assert out["summaries"][files[1]]["reference"]["seeds_scoring"] == 0
+    assert json.loads((tmp_path / "pooled.json").read_text())["horizon"] == 5000
+    (tmp_path / "short.json").write_text(json.dumps(dict(pairs, steps=4000)))
+    with pytest.raises(SystemExit, match="shorter than --horizon 5000"):
+        freeway_same_init.pool([str(tmp_path / "short.json")], 5000, str(tmp_path / "x.json"))

@@ -533,9 +533,11 @@ def pool(summaries: list[str], horizon: int, path: str) -> dict:
     """Every run of the summaries (``--summarise`` outputs: the pairs' ``per_seed`` and the
     ``streams``) counted together: per code, the runs that scored by agent step ``horizon``
     (runs shorter than it are refused), the rate with its interval and Fisher's exact test;
-    per summary the same counts. A description across designs, not a test: runs from one
-    seed's weights are not independent. Writes ``path`` (JSON)."""
+    per summary the same counts; over the summaries' seed pairs (same weights, both codes)
+    the paired tests of :func:`_paired_tests` by the horizon. A description across designs,
+    not a test: runs from one seed's weights are not independent. Writes ``path`` (JSON)."""
     firsts: dict[str, dict[str, list]] = {}
+    pairs: list[dict] = []
     for summary in summaries:
         with open(summary) as f:
             data = json.load(f)
@@ -545,6 +547,7 @@ def pool(summaries: list[str], horizon: int, path: str) -> dict:
         if length < horizon:
             raise SystemExit(f"--pool: {summary} holds runs of {length} steps, shorter than "
                              f"--horizon {horizon}")
+        pairs.extend(data.get("per_seed", {}).values())
         firsts[summary] = {code: [entry[code]["first_reward_step"]
                                   for entry in data.get("per_seed", {}).values()]
                            + [step for entry in data.get("streams", {}).get("per_seed", {})
@@ -556,9 +559,16 @@ def pool(summaries: list[str], horizon: int, path: str) -> dict:
                for code in CODES}
         return dict(**out, fisher_exact_p=_fisher(out["ours"], out["reference"]))
 
+    def by_horizon(step: int | None) -> int | None:
+        return step if step is not None and step <= horizon else None
+
     out = dict(horizon=horizon, summaries={k: rates(v) for k, v in firsts.items()},
                pooled=rates({code: [f for runs in firsts.values() for f in runs[code]]
                              for code in CODES}))
+    if pairs:
+        out["paired"] = dict(seeds=len(pairs), **_paired_tests(
+            *([by_horizon(entry[code]["first_reward_step"]) for entry in pairs]
+              for code in ("ours", "reference")), "ours", "reference"))
     _write(path, out)
     return out
 

@@ -283,6 +283,11 @@ def test_pool_counts_runs_of_several_summaries_by_the_horizon_by_hand(tmp_path):
     assert out["summaries"][files[0]]["ours"]["seeds_scoring"] == 0
     assert out["summaries"][files[1]]["reference"]["seeds_scoring"] == 0
     assert json.loads((tmp_path / "pooled.json").read_text())["horizon"] == 5000
+    # the two seed pairs by the horizon: ours (None, None), the reference (3000, 2000): both
+    # discordant against ours, McNemar p = P(Bin(2, 1/2) <= 0) x 2 = 0.5
+    assert out["paired"]["seeds"] == 2
+    assert out["paired"]["paired_table_ours_rows_reference_columns"] == [[0, 0], [2, 0]]
+    assert out["paired"]["mcnemar_exact_p"] == pytest.approx(0.5)
     (tmp_path / "short.json").write_text(json.dumps(dict(pairs, steps=4000)))
     with pytest.raises(SystemExit, match="shorter than --horizon 5000"):
         freeway_same_init.pool([str(tmp_path / "short.json")], 5000, str(tmp_path / "x.json"))
